@@ -304,11 +304,20 @@ def case_negative_and_multiplicity():
     return p, {"A": a}, [a[::-1], 3 * a, np.stack([a, a], axis=1)]
 
 
+def case_constant_accesses():
+    ops = [contraction(acc("Z"), "+", [acc("S0")]),
+           contraction(acc("W", "2"), "=", [acc("A", "1")]),
+           contraction(acc("Y", "i"), "+", [acc("S0"), acc("A", "i")], "*")]
+    p = program({"S0": (), "A": (3,)}, ["Z", "W", "Y"], ops, {"Z": (), "W": (4,), "Y": (3,)})
+    a, s0 = rand(3), rand()
+    return p, {"S0": s0, "A": a}, [s0, np.array([0, 0, a[1], 0]), s0 * a]
+
+
 CASES = [case_matmul, case_same_conv, case_valid_conv, case_strided_conv, case_dilated_conv,
          case_depthwise, case_maxpool, case_avgpool, case_softmax, case_transpose,
          case_aggregations, case_int_aggregations, case_scalar_and_trace,
          case_broadcast_elementwise, case_triangular, case_default, case_comb_eq,
-         case_repeat_and_fraction, case_negative_and_multiplicity]
+         case_repeat_and_fraction, case_negative_and_multiplicity, case_constant_accesses]
 
 
 @pytest.mark.parametrize("path", ["auto", "generic"])
@@ -473,3 +482,97 @@ def test_fast_and_generic_agree_on_mixed_programs():
     for f, g in zip(fast_out, run(prog, arrays, "generic"), strict=True):
         close(f, g)
     assert plan_fast(ops[0], prog.tensors, index_bounds(ops[0], prog.tensors)) is not None
+
+
+# Random affine contractions against a brute-force enumeration -----------------------------------
+
+HALVES = [Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2)]
+
+
+@st.composite
+def affine_contractions(draw):
+    names = "ijk"[:draw(st.integers(1, 3))]
+
+    def rand_poly(max_terms: int) -> ir.Poly:
+        used = draw(st.lists(st.sampled_from(names), max_size=max_terms, unique=True))
+        return ir.Poly.make({k: draw(st.sampled_from(HALVES)) for k in used},
+                            draw(st.integers(-2, 2)))
+
+    def rand_access(tensor: str, rank: int) -> tuple[ir.Access, tuple[int, ...]]:
+        shape = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+        return ir.Access(tensor, tuple(rand_poly(2) for _ in shape)), shape
+
+    n_in = draw(st.integers(1, 2))
+    ins = [rand_access(f"T{n}", draw(st.integers(1, 2))) for n in range(n_in)]
+    out, out_shape = rand_access("O", draw(st.integers(0, 2)))
+    cons = tuple(ir.Constraint(rand_poly(2), draw(st.integers(1, 5)))
+                 for _ in range(draw(st.integers(0, 1))))
+    agg = draw(st.sampled_from(["+", "*", ">", "<"]))
+    comb = draw(st.sampled_from(["*", "+"])) if n_in == 2 else None
+    polys = [*out.idx, *(p for a, _ in ins for p in a.idx), *(c.poly for c in cons)]
+    indices = tuple(sorted({k for p in polys for k in p.indices}))
+    c = ir.Contraction("O", out.idx, agg, comb, tuple(a for a, _ in ins), cons, indices)
+    shapes = {a.tensor: s for a, s in ins}
+    return program(shapes, ["O"], [c], {"O": out_shape}), draw(st.integers(0, 2**16))
+
+
+def brute_force(c: ir.Contraction, prog: ir.Program, arrays: dict, box: int) -> tuple:
+    """Every valid point of [-box, box]^n, then a plain Python aggregation over them."""
+    side = [2 * box + 1] * len(c.indices)
+    grid = np.indices(side).reshape(len(c.indices), -1) - box if side else np.zeros((0, 1), int)
+    env = dict(zip(c.indices, grid, strict=True))
+    n = grid.shape[1]
+    ok = np.ones(n, bool)
+    elems = []
+    for a in [ir.Access(c.output, c.out_idx), *c.inputs]:
+        dims = []
+        for p, size in zip(a.idx, prog.tensors[a.tensor].shape, strict=True):
+            v2 = np.broadcast_to(2 * p.evaluate(env), (n,))  # coefficients are halves
+            ok &= (v2 % 2 == 0) & (v2 >= 0) & (v2 < 2 * size)
+            dims.append((v2 // 2).astype(int))
+        elems.append(dims)
+    for k in c.constraints:
+        v2 = np.broadcast_to(2 * k.poly.evaluate(env), (n,))
+        ok &= (v2 >= 0) & (v2 < 2 * k.bound)
+    points = np.flatnonzero(ok)
+    result: dict[tuple, float] = {}
+    for pt in points:
+        vals = [float(arrays[a.tensor][tuple(int(d[pt]) for d in e)])
+                for a, e in zip(c.inputs, elems[1:], strict=True)]
+        v = vals[0] if c.comb is None else (vals[0] * vals[1] if c.comb == "*"
+                                            else vals[0] + vals[1])
+        key = tuple(int(d[pt]) for d in elems[0])
+        if key not in result:
+            result[key] = v
+        elif c.agg == "+":
+            result[key] += v
+        elif c.agg == "*":
+            result[key] *= v
+        else:
+            result[key] = (max if c.agg == ">" else min)(result[key], v)
+    want = np.zeros(prog.tensors[c.output].shape)
+    for key, v in result.items():
+        want[key] = v
+    return want, grid[:, points]
+
+
+@settings(max_examples=150, deadline=None)
+@given(affine_contractions())
+def test_random_affine_contractions(case):
+    prog, seed = case
+    c = prog.ops[0]
+    try:
+        bounds = index_bounds(c, prog.tensors)
+    except TileCheckError:
+        return  # an index no access or constraint limits on both sides
+    if any(lo < -12 or hi > 12 for lo, hi in bounds.values()):
+        return
+    rng = np.random.default_rng(seed)
+    arrays = {n: rng.uniform(0.5, 1.5, prog.tensors[n].shape).astype(np.float32)
+              for n in prog.inputs}
+    want, points = brute_force(c, prog, arrays, 16)
+    for row, k in zip(points, c.indices, strict=True):  # the bounds are sound
+        assert row.size == 0 or (bounds[k][0] <= row.min() and row.max() <= bounds[k][1])
+    for path in ("auto", "generic"):
+        (got,) = run(prog, arrays, path)
+        close(got, want, 1e-4)

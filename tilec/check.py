@@ -54,8 +54,9 @@ class _Checker:
     def run(self) -> ir.Program:
         names = {i.name for i in self.fn.inputs}
         for extra in sorted(set(self.shapes) - names):
-            raise TileCheckError(f"{self.source.name}: a shape was given for {extra!r}, which is "
-                                 f"not an input of the function (inputs: {', '.join(sorted(names))})")
+            header = Span(self.fn.span.line, self.fn.span.col)  # the `function` keyword
+            raise self.err(f"a shape was given for {extra!r}, which is not an input of the "
+                           f"function (inputs: {', '.join(sorted(names)) or 'none'})", header)
         seen: set[str] = set()
         for inp in self.fn.inputs:
             if inp.name in seen:
@@ -306,9 +307,9 @@ class _Checker:
         shape = self._broadcast(e, a, b)
         if e.op in ir.COMPARISONS:
             dt = "bool"
-        elif e.op in ("bitand", "bitor", "bitxor", "shl", "shr"):
-            self._need_int(a, e, e.op)
-            self._need_int(b, e, e.op)
+        elif e.op in _BITWISE:
+            self._need_int(a, e, _BITWISE[e.op])
+            self._need_int(b, e, _BITWISE[e.op])
             dt = _join((a, wa), (b, wb))
         else:
             dt = _join((a, wa), (b, wb))
@@ -355,6 +356,9 @@ class _Checker:
             desc = " and ".join(_shape_text(s) for s in shapes)
             raise self.err(f"operand shapes {desc} do not broadcast (trailing dimensions "
                            "must be equal or 1)", e.span) from None
+
+
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
 
 
 def _shape(x: ir.Expr) -> tuple[int, ...]:

@@ -46,13 +46,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .api import check_program
+    from .api import check_program, parse
+    from .check import normalize_dtype
     from .reference import evaluate_program
 
     src = read_source(args.file)
     arrays = _load_inputs(args.input or [])
-    shapes = {k: a.shape for k, a in arrays.items()} or _shapes(args, src)
-    program = check_program(src, shapes, args.dtype)
+    # Inputs given as arrays keep their shapes and element types (as `tilec.evaluate` does);
+    # the others take --shape (or the `// shapes:` comment) and --dtype.
+    shapes = {**_shapes(args, src), **{k: a.shape for k, a in arrays.items()}}
+    fn = parse(src)
+    dtypes = {i.name: normalize_dtype(arrays[i.name].dtype, f"--input {i.name}")
+              if i.name in arrays else args.dtype for i in fn.inputs}
+    program = check_program(fn, shapes, dtypes)
     rng = np.random.default_rng(args.seed)
     for name in program.inputs:
         if name not in arrays:

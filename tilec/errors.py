@@ -14,8 +14,8 @@ class Source:
     name: str = "<string>"
 
     def line(self, lineno: int) -> str:
-        lines = self.text.splitlines()
-        return lines[lineno - 1] if 1 <= lineno <= len(lines) else ""
+        lines = self.text.split("\n")  # as lark counts lines: "\f", "\u2028" do not end one
+        return lines[lineno - 1].removesuffix("\r") if 1 <= lineno <= len(lines) else ""
 
 
 @dataclass(frozen=True)

@@ -120,8 +120,8 @@ def _halves(op: ir.Contraction, p: ir.Poly, bound: int, source: Source | None,
 
 def _bounds(op: ir.Contraction, halves: list[Half],
             source: Source | None) -> dict[str, tuple[int, int]]:
-    """Exact integer (min, max) of every index: the LP optimum over the rationals, rounded in.
-    Variables linked by no constraint are solved separately, so most need no LP at all."""
+    """Integer (min, max) of every index.  Variables linked by no constraint are bounded
+    separately, so most indices need no elimination at all."""
     parent = {v: v for v in op.indices}
 
     def root(v: str) -> str:
@@ -136,52 +136,75 @@ def _bounds(op: ir.Contraction, halves: list[Half],
     for v in op.indices:
         groups.setdefault(root(v), []).append(v)
 
+    empty = "has an empty range: no integer value satisfies every access and constraint"
     out: dict[str, tuple[int, int]] = {}
     for group in groups.values():
         rows = [h for h in halves if h[0] and root(h[0][0][0]) == root(group[0])]
         for v in group:
-            lo, hi = _lp_bounds(op, v, group, rows, source)
-            lo_i, hi_i = math.ceil(lo), math.floor(hi)
-            if hi_i < lo_i:
-                raise _error(op, f"index '{v}' has an empty range: no integer value satisfies "
-                                 "every access and constraint", source)
-            out[v] = (lo_i, hi_i)
+            lo: int | None = None
+            hi: int | None = None
+            projected = _project(rows, v)
+            if projected is None:
+                raise _error(op, f"index '{v}' {empty}", source)
+            for ((_, a),), r in projected:  # reduced rows on v alone: a is 1 or -1
+                if a > 0:
+                    hi = r if hi is None else min(hi, r)
+                else:
+                    lo = -r if lo is None else max(lo, -r)
+            if lo is None or hi is None:
+                raise _error(op, f"index '{v}' is unbounded: no access or constraint limits it",
+                             source)
+            if hi < lo:
+                raise _error(op, f"index '{v}' {empty}", source)
+            out[v] = (lo, hi)
     return out
 
 
-def _lp_bounds(op: ir.Contraction, v: str, group: list[str], rows: list[Half],
-               source: Source | None) -> tuple[Fraction, Fraction]:
-    unbounded = _error(op, f"index '{v}' is unbounded: no access or constraint limits it",
-                       source)
-    if len(group) == 1:
-        lo: Fraction | None = None
-        hi: Fraction | None = None
-        for ((_, a),), r in rows:
-            if a > 0:
-                hi = Fraction(r, a) if hi is None else min(hi, Fraction(r, a))
-            else:
-                lo = Fraction(r, a) if lo is None else max(lo, Fraction(r, a))
-        if lo is None or hi is None:
-            raise unbounded
-        return lo, hi
-    # Imported here: sympy is slow to import and most contractions never reach this point.
-    from sympy import Matrix, Rational
-    from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
+def _project(rows: list[Half], keep: str) -> list[Half] | None:
+    """Fourier-Motzkin elimination of every variable but `keep`; None when the rows conflict.
 
-    a = Matrix([[dict(c).get(u, 0) for u in group] for c, _ in rows])
-    b = Matrix([r for _, r in rows])
-    result = []
-    for sign in (1, -1):
-        goal = Matrix([[sign if u == v else 0 for u in group]])
-        try:
-            best = Rational(linprog(goal, a, b, bounds=(None, None))[0])
-        except UnboundedLPError:
-            raise unbounded from None
-        except InfeasibleLPError:
-            raise _error(op, f"index '{v}' has an empty range: no value satisfies every access "
-                             "and constraint", source) from None
-        result.append(Fraction(int(best.p), int(best.q)) * sign)
-    return result[0], result[1]
+    Every combined row is reduced to integer coefficients with its right side floored, which
+    keeps every integer point and is at least as tight as the rational LP bound.  (sympy 1.14's
+    simplex was tried first and called some feasible systems empty.)  Parallel rows collapse to
+    the tightest, which keeps the row count small for index systems."""
+    cur: dict[tuple[tuple[str, int], ...], int] = {}
+    for coeffs, rhs in rows:
+        cur[coeffs] = min(rhs, cur.get(coeffs, rhs))
+    while True:
+        names = {u for coeffs in cur for u, _ in coeffs} - {keep}
+        if not names:
+            return list(cur.items())
+        # Eliminating the variable with the fewest (positive, negative) pairs first keeps the
+        # row count down.
+        ups = {w: 0 for w in names}
+        downs = dict(ups)
+        for coeffs in cur:
+            for w, c in coeffs:
+                if w in names:
+                    (ups if c > 0 else downs)[w] += 1
+        u = min(sorted(names), key=lambda w: ups[w] * downs[w])
+        pos, neg, nxt = [], [], {}
+        for coeffs, rhs in cur.items():
+            c = dict(coeffs).get(u, 0)
+            if c > 0:
+                pos.append((coeffs, rhs, c))
+            elif c < 0:
+                neg.append((coeffs, rhs, -c))
+            else:
+                nxt[coeffs] = rhs
+        for (cp, rp, a), (cn, rn, b) in itertools.product(pos, neg):
+            sum_: dict[str, Fraction] = {}
+            for w, c in cp:
+                sum_[w] = sum_.get(w, Fraction(0)) + b * c
+            for w, c in cn:
+                sum_[w] = sum_.get(w, Fraction(0)) + a * c
+            coeffs, rhs = _reduce(sum_, Fraction(b * rp + a * rn))
+            if not coeffs:
+                if rhs < 0:
+                    return None
+                continue
+            nxt[coeffs] = min(rhs, nxt.get(coeffs, rhs))
+        cur = nxt
 
 
 def _rowmajor(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -191,7 +191,7 @@ class HwModel:
         head = f"{self.name} ({self.kind})" + (f": {self.device_name}" if self.device_name else "")
         lines = [
             head,
-            f"  cost model: {self.threads} threads/group, mem_width {self.mem_width} B, "
+            f"  cost model: threads {self.threads}, mem_width {self.mem_width} B, "
             f"max_mem {_size(self.max_mem)}, max_regs {_size(self.max_regs)}, "
             f"goal_groups {self.goal_groups}, goal {self.goal_flops_per_byte:g} flops/byte",
             f"  codegen: vec_size {self.vec_size}, staging {self.staging} ({staged})",
@@ -403,7 +403,9 @@ def _derive(device: Any) -> HwModel:
     name = str(_query(device, "name", "")).strip()
     platform = _query(device, "platform", None)
     pname = str(_query(platform, "name", "")).strip() if platform is not None else ""
-    pver = str(_query(platform, "version", "")).strip() if platform is not None else ""
+    # The version string tells pip's PoCL from a distribution's (they share a platform name).
+    pver = str(_query(platform, "version", "")) if platform is not None else ""
+    pver = " ".join(pver.split(",")[0].split())
     cus = max(1, int(_query(device, "max_compute_units", 1)))
     wg = int(_query(device, "max_work_group_size", 0))
     local = int(_query(device, "local_mem_size", 0))

@@ -18,8 +18,9 @@ _TERMINAL_TEXT = {
     "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'", "LESSTHAN": "'<'", "MORETHAN": "'>'",
     "QMARK": "'?'", "BANG": "'!'", "TILDE": "'~'", "AMPERSAND": "'&'", "VBAR": "'|'",
     "CIRCUMFLEX": "'^'", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
-    "$END": "the end of the text",
+    "$END": "the end of the text", "<END-OF-FILE>": "the end of the text",
 }
+MAX_DEPTH = 200  # operators nested in one expression; every later stage recurses this deep
 
 
 def _grammar_text() -> str:
@@ -36,11 +37,15 @@ def _parser() -> Lark:
 
 
 def _describe_expected(names: set[str] | frozenset[str]) -> str:
+    anonymous = {t.name: f"'{t.pattern.value}'" for t in _parser().terminals
+                 if t.name.startswith("__ANON")}
     words = []
     for n in sorted(names):
         if n in _TERMINAL_TEXT:
             words.append(_TERMINAL_TEXT[n])
-        elif n.startswith("__ANON") or n.startswith("_"):
+        elif n in anonymous:
+            words.append(anonymous[n])
+        elif n.startswith("_"):
             continue
         else:
             words.append(f"'{n.lower()}'" if n.isupper() and len(n) > 5 else n)
@@ -60,8 +65,8 @@ def parse(text: str, name: str = "<string>") -> ast.Function:
     except lark.UnexpectedToken as e:
         tok = e.token
         if tok.type == "$END":
-            lines = text.splitlines() or [""]
-            span = Span(len(lines), len(lines[-1]) + 1)
+            # lark gives the end token the place of the last real one: point just after it.
+            span = Span(tok.end_line, tok.end_column) if tok.end_line else _end_of(text)
             what = "the text ended early"
         else:
             span = Span(tok.line, tok.column, tok.end_line or tok.line,
@@ -74,12 +79,16 @@ def parse(text: str, name: str = "<string>") -> ast.Function:
                               + _describe_expected(e.allowed or set()),
                               source=source, span=Span(e.line, e.column)) from None
     except lark.UnexpectedEOF as e:
-        lines = text.splitlines() or [""]
         raise TileSyntaxError("the text ended early" + _describe_expected(set(e.expected)),
-                              source=source, span=Span(len(lines), len(lines[-1]) + 1)) from None
+                              source=source, span=_end_of(text)) from None
     except lark.LarkError as e:  # any other lark failure is still the user's text
         raise TileSyntaxError(f"cannot parse: {e}", source=source) from None
     return _Builder(source).function(tree.children[0])
+
+
+def _end_of(text: str) -> Span:
+    lines = text.split("\n")  # lark counts lines by "\n" only; so must every span
+    return Span(len(lines), len(lines[-1]) + 1)
 
 
 def _span(node: Tree | Token) -> Span:
@@ -100,6 +109,7 @@ _COMB = {"single": None, "comb_mul": "*", "comb_add": "+", "comb_eq": "==", "com
 class _Builder:
     def __init__(self, source: Source):
         self.source = source
+        self.depth = 0
 
     def _text(self, node: Tree) -> str:
         m = node.meta
@@ -148,18 +158,20 @@ class _Builder:
 
     def contraction(self, t: Tree, attrs: tuple[ast.Attribute, ...]) -> ast.Contraction:
         out_t, agg_t, ops_t, *rest = t.children
-        out_name = out_t.children[0]
-        # out_ref children: NAME, then the index expressions and (after ':') the sizes; lark
-        # keeps no marker for ':', so split by looking at the raw text.
-        exprs = [c for c in out_t.children[1:]]
-        idx, sizes = self._split_out(out_t, exprs)
+        out_name, *idx_t, sizes_t = out_t.children
+        idx = tuple(self.expr(e) for e in idx_t if e is not None)
+        sizes = None if sizes_t is None else \
+            tuple(self.expr(e) for e in sizes_t.children if e is not None)
         output = ast.TensorRef(str(out_name), idx, span=_span(out_name))
         operands = tuple(self.access(a) for a in ops_t.children)
         constraints, no_defract, default = [], False, None
         for r in rest:
             if r.data == "constraint":
-                constraints.append(ast.Constraint(self.expr(r.children[0]),
-                                                  self.expr(r.children[1]), span=_span(r)))
+                poly, bound = r.children
+                first, last = _span(poly), _span(r)  # from the polynomial, not the ','
+                constraints.append(ast.Constraint(self.expr(poly), self.expr(bound),
+                                                  span=Span(first.line, first.col,
+                                                            last.end_line, last.end_col)))
             elif r.data == "no_defract":
                 no_defract = True
             elif r.data == "default":
@@ -169,26 +181,23 @@ class _Builder:
                                operands, tuple(constraints), no_defract, default, attrs,
                                self._text(t), span=_span(out_name))
 
-    def _split_out(self, out_t: Tree, exprs: list) -> tuple[tuple, tuple | None]:
-        text = self._text(out_t)
-        has_colon = ":" in _strip_nested(text[text.index("[") + 1:])
-        present = [e for e in exprs if e is not None]
-        if not has_colon:
-            return tuple(self.expr(e) for e in present), None
-        # With maybe_placeholders, `[idx..] [":" sizes..]` gives the first index then the
-        # remaining ones, so count by position of the colon instead.
-        colon = out_t.meta.start_pos + text.index("[") + 1 + \
-            _strip_nested(text[text.index("[") + 1:]).index(":")
-        idx = tuple(self.expr(e) for e in present if _start(e) < colon)
-        sizes = tuple(self.expr(e) for e in present if _start(e) > colon)
-        return idx, sizes
-
     def access(self, t: Tree) -> ast.TensorRef:
         name, *idx = t.children
         return ast.TensorRef(str(name), tuple(self.expr(e) for e in idx if e is not None),
                              span=_span(name))
 
     def expr(self, t: Tree | Token) -> ast.Expr:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise TileSyntaxError(f"expression nested more than {MAX_DEPTH} operators deep "
+                                      "(split it into several statements)", source=self.source,
+                                      span=_span(t))
+            return self._expr(t)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, t: Tree | Token) -> ast.Expr:
         if isinstance(t, Token):  # a bare NAME/INT promoted by `?` rules
             return self._token_expr(t)
         kind = t.data
@@ -221,18 +230,3 @@ class _Builder:
             return ast.Num(float(tok), True, span=sp)
         return ast.Name(str(tok), span=sp)
 
-
-def _start(node: Tree | Token) -> int:
-    return node.start_pos if isinstance(node, Token) else node.meta.start_pos
-
-
-def _strip_nested(text: str) -> str:
-    """Blank out bracketed/parenthesised sub-texts so a top-level ':' can be found by index."""
-    out, depth = [], 0
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        out.append(ch if depth == 0 or ch in "([" else " ")
-    return "".join(out)

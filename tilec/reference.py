@@ -70,9 +70,9 @@ def _cast(arr: np.ndarray, dtype: str) -> np.ndarray:
 def evaluate_contraction(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
                          env: Mapping[str, np.ndarray], *, path: Path = "auto") -> np.ndarray:
     out = tensors[op.output]
-    for a in op.inputs:
-        if a.tensor not in env:
-            raise TileCheckError(f"{a.tensor} is read before it is written", span=a.span)
+    for name in [a.tensor for a in op.inputs] + ([op.default] if op.default else []):
+        if name not in env:
+            raise TileCheckError(f"{name} is read before it is written", span=op.span)
     bounds = index_bounds(op, tensors)
     dt = acc_dtype(op, tensors)
     acc = np.full(out.shape, identity(op.agg, dt), dtype=dt)

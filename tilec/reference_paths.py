@@ -129,9 +129,11 @@ def _propagate(rows: list[_Row], names: tuple[str, ...]) -> dict[str, list[int |
     return box
 
 
-def index_bounds(op: ir.Contraction, tensors: Mapping[str, ir.Tensor]) -> dict[str, tuple[int, int]]:
+def index_bounds(contraction: ir.Contraction,
+                 tensors: Mapping[str, ir.Tensor]) -> dict[str, tuple[int, int]]:
     """Inclusive (min, max) of every index variable, from interval propagation over the access
     ranges and the user constraints.  A sound over-approximation; min > max when no point exists."""
+    op = contraction
     _check_ranks(op, tensors)
     rows = [r for g in _all_rows(op, tensors) for r in g]
     names = tuple(dict.fromkeys([*op.indices, *(k for r in rows for k, _ in r.coefs)]))
@@ -209,8 +211,8 @@ def generic(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
     out_strides = ir.Tensor("", acc.shape).strides
     for start in range(0, total, GENERIC_CHUNK):
         lin = np.arange(start, min(start + GENERIC_CHUNK, total), dtype=np.int64)
-        env = {k: v + lo for k, v, lo in zip(names, np.unravel_index(lin, shape), lows,
-                                             strict=True)}
+        coords = np.unravel_index(lin, shape) if names else ()
+        env = {k: v + lo for k, v, lo in zip(names, coords, lows, strict=True)}
         n = len(lin)
         ok = np.ones(n, dtype=bool)
         for g in groups:

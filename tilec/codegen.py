@@ -1,0 +1,575 @@
+"""Render OpenCL C from a `Schedule` (contractions with their post-ops) or a run of elementwise
+statements.  Python decides every expression here; the templates only lay the text out."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from . import clexpr, ir
+from .flat import FlatContraction
+from .flatten import operand_strides
+from .fuse import ContractionKernel, ElementwiseKernel
+from .schedule import Schedule
+
+LANES = "0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    tensor: str
+    role: str  # "in" or "out"
+    dtype: str
+    elems: int
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    name: str
+    kind: str  # "contraction", "elementwise" or "init"
+    text: str
+    args: tuple[KernelArg, ...]
+    global_size: int
+    local_size: int | None
+    tile: dict[str, int] = field(default_factory=dict)
+    cost: str = ""
+    flops: int = 0
+    bytes_moved: int = 0
+
+
+@functools.cache
+def _env() -> jinja2.Environment:
+    try:
+        root = resources.files("tilec.templates")
+        loader: jinja2.BaseLoader = jinja2.FunctionLoader(
+            lambda n: root.joinpath(n).read_text())
+        root.joinpath("macros.cl.j2").read_text()
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        loader = jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates")
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                              trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
+
+
+def buf(name: str) -> str:
+    return f"b_{name}"
+
+
+def _arg_decl(a: KernelArg) -> str:
+    const = "const " if a.role == "in" else ""
+    restrict = " restrict" if a.role == "in" else ""
+    return f"__global {const}{clexpr.STORAGE[a.dtype]}*{restrict} {buf(a.tensor)}"
+
+
+def _lin(terms: list[tuple[int, str]], const: int = 0) -> str:
+    """`const + sum(coef * var)` as compact C."""
+    parts = [str(const)] if const else []
+    for c, v in terms:
+        if c == 0:
+            continue
+        parts.append(v if c == 1 else f"{c} * {v}" if c > 0 else f"({c}) * {v}")
+    return " + ".join(parts) if parts else "0"
+
+
+def _vec(ctype: str, w: int) -> str:
+    return ctype if w == 1 else f"{ctype}{w}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Contractions
+
+class _Contraction:
+    def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
+                 cost_lines: list[str]):
+        self.kernel = kernel
+        self.sched = sched
+        self.flat: FlatContraction = sched.flat
+        self.program = program
+        self.cost_lines = cost_lines
+        f = self.flat
+        self.names = [f"i_{n}" for n in f.names]
+        self.out_idx = list(f.out_indices)
+        self.red_idx = list(f.reduce_indices)
+        self.counts = sched.counts()
+        self.acc = sched.acc_counts()
+        out_t = program.tensors[kernel.op.output]
+        self.dtype = out_t.dtype
+        self.ctype = clexpr.COMPUTE[self.dtype]
+        self.W = sched.vec
+        self.v = sched.vec_index
+        self.points = list(itertools.product(*[range(self.acc[k]) for k in self.out_idx]))
+        self.cons_kind = []  # per constraint: "red", "out" or "mixed"
+        for c in f.constraints:
+            used = {k for k, x in enumerate(c.coeffs) if x}
+            self.cons_kind.append("red" if used <= set(self.red_idx) else
+                                  "out" if used <= set(self.out_idx) else "mixed")
+        self.need_hit = (not f.output_covered) and (f.agg != "+" or kernel.op.default
+                                                    is not None)
+
+    # positions -----------------------------------------------------------------------------
+    def pos(self, k: int, a: int) -> str:
+        """Absolute flat index k of accumulator point a along k."""
+        return f"p_{self.flat.names[k]}_{a}"
+
+    def point_env(self, c: tuple[int, ...]) -> dict[int, str]:
+        env = {k: self.pos(k, a) for k, a in zip(self.out_idx, c, strict=True)}
+        env.update({k: self.names[k] for k in self.red_idx})
+        return env
+
+    def rel(self, k: int, a: int) -> str:
+        return f"q_{self.flat.names[k]}_{a}"
+
+    # offsets and loads -----------------------------------------------------------------------
+    def offset_bounds(self, strides: tuple[int, ...], off: int) -> tuple[int, int]:
+        """Extreme offsets over every position the kernel forms, partial tiles included."""
+        lo = hi = off
+        for k, s in enumerate(strides):
+            top = self.counts[k] * self.sched.tile[k] - 1
+            lo += min(0, s * top)
+            hi += max(0, s * top)
+        return lo, hi
+
+    def guarded(self, t_index: int, expr: str, width: int) -> str:
+        t = self.flat.tensors[t_index]
+        lo, hi = self.offset_bounds(t.strides, t.offset)
+        hi += width - 1
+        if lo >= 0 and hi < t.size:
+            return expr
+        return f"clamp({expr}, 0, {t.size - width})"
+
+    def input_value(self, i: int, c: tuple[int, ...]) -> str:
+        """Text of input i at accumulator point c (vector of W lanes where vectorised)."""
+        t = self.flat.inputs[i]
+        st = self.sched.staged[i] if self.sched.staged else None
+        env = self.point_env(c)
+        W, v = self.W, self.v
+        ctype = clexpr.COMPUTE[t.dtype]
+        if st is not None:
+            terms = []
+            for k in range(len(self.names)):
+                ls = st.local_strides[k]
+                if ls == 0:
+                    continue
+                var = self.rel(k, c[self.out_idx.index(k)]) if k in self.out_idx \
+                    else f"u_{self.flat.names[k]}"
+                terms.append((ls, var))
+            off = _lin(terms, st.local_base)
+            name = f"s_{i}"
+            step = st.local_strides[v] if v is not None else 0
+            if W == 1 or v is None or t.strides[v] == 0:
+                val = f"{name}[{off}]"
+                return val if W == 1 else f"(({ctype}{W})({val}))"
+            if step == 1:
+                return f"vload{W}(0, {name} + ({off}))"
+            lanes = ", ".join(f"{name}[{off} + {j * step}]" for j in range(W))
+            return f"(({ctype}{W})({lanes}))"
+        terms = [(t.strides[k], env[k]) for k in range(len(self.names))]
+        off = _lin(terms, t.offset)
+        if W == 1 or v is None or t.strides[v] == 0:
+            val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1), t.dtype)
+            return val if W == 1 else f"(({ctype}{W})({val}))"
+        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W)
+
+    def constraint_text(self, ci: int, env: dict[int, str]) -> str:
+        c = self.flat.constraints[ci]
+        return f"({_lin([(x, env[k]) for k, x in enumerate(c.coeffs) if x])} <= {c.rhs})"
+
+    # pieces ----------------------------------------------------------------------------------
+    def prologue(self) -> list[str]:
+        f, s = self.flat, self.sched
+        out = ["int grp = get_group_id(0);"]
+        for k in self.out_idx:
+            n = f.names[k]
+            out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
+                       f" grp /= {self.counts[k]};")
+        out.append("int thr = get_local_id(0);")
+        for k in self.out_idx:
+            n = f.names[k]
+            out.append(f"const int h_{n} = thr % {s.threads[k]}; thr /= {s.threads[k]};")
+        for k in self.out_idx:
+            n = f.names[k]
+            lanes = self.W if k == self.v else 1
+            for a in range(self.acc[k]):
+                rel = f"(h_{n} + {a * s.threads[k]})" if a else f"h_{n}"
+                rel = f"{rel} * {lanes}" if lanes > 1 else rel
+                out.append(f"const int {self.rel(k, a)} = {rel};")
+                out.append(f"const int {self.pos(k, a)} = o_{n} + {self.rel(k, a)};")
+        return out
+
+    def acc_type(self) -> str:
+        return _vec(self.ctype, self.W)
+
+    def accumulators(self) -> list[str]:
+        init = clexpr.identity(self.flat.agg, self.dtype)
+        if self.W > 1:
+            init = f"(({self.acc_type()})({init}))"
+        out = [f"{self.acc_type()} a_{j} = {init};" for j in range(len(self.points))]
+        if self.need_hit:
+            out += [f"int hit_{j} = 0;" for j in range(len(self.points))]
+        return out
+
+    def loops(self) -> tuple[list[dict], list[dict]]:
+        f, s = self.flat, self.sched
+        outer, inner = [], []
+        for k in self.red_idx:
+            n = f.names[k]
+            if self.counts[k] > 1:
+                outer.append({"var": f"r_{n}", "end": f.ranges[k], "step": s.tile[k]})
+            step = self.W if k == self.v else 1
+            inner.append({"var": f"u_{n}", "end": s.tile[k], "step": step,
+                          "unroll": s.tile[k] // step <= 8})
+        return outer, inner
+
+    def staging(self) -> tuple[list[str], list[dict]]:
+        if not self.sched.staged or all(x is None for x in self.sched.staged):
+            return [], []
+        f = self.flat
+        bufs, blocks = [], []
+        for st in self.sched.staged:
+            i = st.input
+            t = f.inputs[i]
+            base_terms = [(t.strides[k], f"o_{f.names[k]}") for k in self.out_idx]
+            base_terms += [(t.strides[k], self.red_var(k)) for k in self.red_idx]
+            body = ["int rest = e;"]
+            g_terms, l_terms = [], []
+            zero = 0
+            for m, (rng, gs, ls, z) in enumerate(st.merged):
+                last = m == len(st.merged) - 1
+                body.append(f"const int c{m} = rest" + ("" if last else f" % {rng}") + ";")
+                if not last:
+                    body.append(f"rest /= {rng};")
+                g_terms.append((gs, f"c{m}"))
+                l_terms.append((ls, f"c{m}"))
+                zero += z * gs
+            body.append(f"const int g = {_lin(base_terms + g_terms, t.offset - zero)};")
+            body.append(f"s_{i}[{_lin(l_terms)}] = (g >= 0 && g < {t.size}) ? "
+                        f"{clexpr.load(buf(t.name), 'g', t.dtype)} : "
+                        f"{clexpr.literal(0, t.dtype)};")
+            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}]")
+            dims = " x ".join(str(m[0]) for m in st.merged)
+            blocks.append({"comment": f"stage {t.name}: {dims} (padded to {st.elems})",
+                           "elems": _prod(m[0] for m in st.merged), "body": body})
+        return bufs, blocks
+
+    def red_var(self, k: int) -> str:
+        n = self.flat.names[k]
+        return f"r_{n}" if self.counts[k] > 1 else "0"
+
+    def body(self) -> list[str]:
+        f = self.flat
+        out = []
+        for k in self.red_idx:
+            n = f.names[k]
+            out.append(f"const int i_{n} = {self.red_var(k)} + u_{n};")
+        for k in self.red_idx:
+            if f.ranges[k] % self.sched.tile[k]:
+                out.append(f"if (i_{f.names[k]} >= {f.ranges[k]}) break;")
+        red_env = {k: self.names[k] for k in self.red_idx}
+        for ci, kind in enumerate(self.cons_kind):
+            if kind == "red":
+                out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
+        # One load per distinct value: inputs that ignore an output index share it.
+        loads: dict[tuple[int, tuple], str] = {}
+        for c in self.points:
+            for i, t in enumerate(f.inputs):
+                key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
+                                if t.strides[k] != 0))
+                if key not in loads:
+                    var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
+                    loads[key] = var
+                    ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
+                    out.append(f"const {ty} {var} = {self.input_value(i, c)};")
+        for j, c in enumerate(self.points):
+            vals = []
+            for i, t in enumerate(f.inputs):
+                key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
+                                if t.strides[k] != 0))
+                vals.append(loads[key])
+            env = self.point_env(c)
+            mixed = [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
+                     if kind == "mixed"]
+            update = self.update(f"a_{j}", vals)
+            hit = f" hit_{j} = 1;" if self.need_hit else ""
+            if mixed:
+                out.append(f"if ({' && '.join(mixed)}) {{ {update}{hit} }}")
+            else:
+                out.append(update + hit)
+        return out
+
+    def update(self, acc: str, vals: list[str]) -> str:
+        f = self.flat
+        ty = self.acc_type()
+        is_float = self.ctype == "float"
+        if f.comb == "*" and f.agg == "+" and is_float:
+            return f"{acc} = fma({vals[0]}, {vals[1]}, {acc});"
+        if f.comb is None:
+            val = vals[0]
+        elif f.comb in ("*", "+"):
+            val = f"({vals[0]} {f.comb} {vals[1]})"
+        else:
+            cond = f"({vals[0]} == {vals[1]})"
+            then = vals[2] if f.comb == "?" else (f"(({ty})(1))" if self.W > 1 else "1")
+            if self.W > 1:
+                itype = _vec("int", self.W)
+                val = f"select(({ty})(0), {then}, ({itype}){cond})"
+            else:
+                val = f"({cond} ? {then} : 0)"
+        if f.agg == "+":
+            return f"{acc} += {val};"
+        if f.agg == "*":
+            return f"{acc} *= {val};"
+        if f.agg in (">", "<"):
+            fn = ("fmax" if f.agg == ">" else "fmin") if is_float else \
+                ("max" if f.agg == ">" else "min")
+            return f"{acc} = {fn}({acc}, {val});"
+        return f"{acc} = {val};"
+
+    def horizontal(self, acc: str) -> str:
+        """Fold the lanes of a dot-mode accumulator with the aggregation."""
+        parts = [f"{acc}.s{LANES[j]}" for j in range(self.W)]
+        agg = self.flat.agg
+        while len(parts) > 1:
+            nxt = []
+            for a, b in zip(parts[::2], parts[1::2], strict=True):
+                if agg == "+":
+                    nxt.append(f"({a} + {b})")
+                elif agg == "*":
+                    nxt.append(f"({a} * {b})")
+                elif agg in (">", "<"):
+                    fn = ("fmax" if agg == ">" else "fmin") if self.ctype == "float" else \
+                        ("max" if agg == ">" else "min")
+                    nxt.append(f"{fn}({a}, {b})")
+                else:
+                    nxt.append(b)
+            parts = nxt
+        return parts[0]
+
+    def epilogue(self) -> list[str]:
+        f, k_ = self.flat, self.kernel
+        out_t = f.output
+        out = []
+        vec_out = self.W > 1 and not self.sched.dot
+        lanes = range(self.W) if vec_out else [None]
+        partial = [k for k in self.out_idx
+                   if self.counts[k] * self.sched.tile[k] > f.ranges[k]]
+        for j, c in enumerate(self.points):
+            env = self.point_env(c)
+            conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
+            conds += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
+                      if kind == "out"]
+            inner = []
+            base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
+            inner.append(f"const int o = {base};")
+            direct = vec_out and not k_.post_ops and not self.need_hit and \
+                k_.op.default is None and not [ci for ci, kd in enumerate(self.cons_kind)
+                                               if kd == "out"]
+            if direct:
+                if k_.op.output in k_.writes:
+                    inner.append(clexpr.store(buf(k_.op.output), "o", f"a_{j}", self.dtype,
+                                              self.W))
+            else:
+                for lane in lanes:
+                    inner += self.finish(j, lane)
+            block = ["{"] + ["    " + s for s in inner] + ["}"]
+            if conds:
+                block[0] = f"if ({' && '.join(conds)}) {{"
+            out += block
+        return out
+
+    def finish(self, j: int, lane: int | None) -> list[str]:
+        """One output element: settle uncovered elements, run post-ops, store what is kept."""
+        f, k_ = self.flat, self.kernel
+        lines = ["{"]
+        acc = f"a_{j}"
+        if lane is not None:
+            acc = f"{acc}.s{LANES[lane]}"
+            lines.append(f"const int oe = o + {lane * f.output.strides[self.v]};")
+        else:
+            lines.append("const int oe = o;")
+        val = self.horizontal(acc) if self.sched.dot else acc
+        if self.need_hit or k_.op.default is not None:
+            empty = clexpr.literal(0, self.dtype)
+            if k_.op.default is not None:
+                dt = self.program.tensors[k_.op.default].dtype
+                empty = clexpr.load(buf(k_.op.default), "oe", dt)
+            ok = [f"hit_{j}"] if self.need_hit else []
+            ok += [self.constraint_text(ci, self.point_env(self.points[j]))
+                   for ci, kind in enumerate(self.cons_kind) if kind == "out"]
+            if ok:
+                val = f"(({' && '.join(ok)}) ? {val} : {empty})"
+        lines.append(f"const {self.ctype} v = {val};")
+        names = {k_.op.output: "v"}
+        out_shape = self.program.tensors[k_.op.output].shape
+        for p in k_.post_ops:
+            def ref(name: str) -> str:
+                if name in names:
+                    return names[name]
+                t = self.program.tensors[name]
+                strides, off = operand_strides(k_.op.out_idx, f, t.shape, out_shape)
+                env = self.point_env(self.points[j])
+                terms = [(s, env[k]) for k, s in enumerate(strides)]
+                if lane is not None and strides[self.v]:
+                    off += lane * strides[self.v]
+                return clexpr.load(buf(name), _lin(terms, off), t.dtype)
+            var = f"v_{p.output}"
+            ctype = clexpr.COMPUTE[self.program.tensors[p.output].dtype]
+            lines.append(f"const {ctype} {var} = {clexpr.expr(p.expr, ref)};")
+            names[p.output] = var
+        for w in k_.writes:
+            lines.append(clexpr.store(buf(w), "oe", names[w], self.program.tensors[w].dtype))
+        lines.append("}")
+        return lines
+
+    def render(self) -> KernelSource:
+        f, s, k_ = self.flat, self.sched, self.kernel
+        args = self.args()
+        bufs, staging = self.staging()
+        outer, inner = self.loops()
+        wg = s.wg_threads
+        groups = _prod(self.counts[k] for k in self.out_idx)
+        tile = dict(zip(f.names, s.tile, strict=True))
+        comment = [k_.op.text, ""]
+        comment += [f"tile: {', '.join(f'{n}={t}' for n, t in tile.items())}",
+                    f"threads: {wg} per group, {groups} groups; "
+                    f"{len(self.points)} accumulators of {self.acc_type()} per thread"]
+        if self.v is not None:
+            comment.append(f"vector: {self.W} lanes along {f.names[self.v]}"
+                           + (" (reduction: lanes summed at the end)" if s.dot else ""))
+        comment.append("staging: " + ("local memory" if bufs else "none (read through cache)"))
+        if k_.post_ops:
+            comment.append("post-ops: " + "; ".join(p.text for p in k_.post_ops))
+        comment += [""] + f.table().splitlines()
+        for c in f.constraints:
+            comment.append("constraint: " + f.constraint_text(c))
+        comment += [""] + self.cost_lines
+        ctx = {
+            "title": f"{k_.name}: contraction kernel generated by tilec",
+            "comment": [ln.replace("*/", "* /") for ln in comment],
+            "name": k_.name, "args": [_arg_decl(a) for a in args], "wg": wg,
+            "prologue": self.prologue(), "accumulators": self.accumulators(),
+            "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
+            "body": self.body(), "epilogue": self.epilogue(),
+        }
+        text = _env().get_template("contraction.cl.j2").render(k=ctx)
+        flops = f.points * (2 + k_.post_op_count)
+        return KernelSource(k_.name, "contraction", text, tuple(args), groups * wg, wg, tile,
+                            "\n".join(self.cost_lines), flops)
+
+    def args(self) -> list[KernelArg]:
+        k_, p = self.kernel, self.program
+        reads: list[str] = [a.tensor for a in k_.op.inputs]
+        if k_.op.default:
+            reads.append(k_.op.default)
+        for po in k_.post_ops:
+            reads += list(ir.expr_refs(po.expr))
+        produced = set(k_.produces)
+        ins = list(dict.fromkeys(r for r in reads if r not in produced))
+        args = [KernelArg(n, "in", p.tensors[n].dtype, p.tensors[n].size) for n in ins]
+        args += [KernelArg(n, "out", p.tensors[n].dtype, p.tensors[n].size) for n in k_.writes]
+        return args
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
+                       cost_lines: list[str] | None = None) -> KernelSource:
+    return _Contraction(kernel, sched, program, cost_lines or []).render()
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise kernels and output initialisation
+
+def _broadcast_offset(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
+    """Offset of an operand of `shape` at flat output element `gid` (numpy broadcasting)."""
+    if shape == out_shape:
+        return "gid"
+    if _prod(shape) == 1:
+        return "0"
+    n = len(out_shape)
+    padded = (1,) * (n - len(shape)) + tuple(shape)
+    terms, stride = [], 1
+    out_strides = []
+    s = 1
+    for d in reversed(out_shape):
+        out_strides.append(s)
+        s *= d
+    out_strides.reverse()
+    op_strides = [0] * n
+    for d in reversed(range(n)):
+        if padded[d] != 1:
+            op_strides[d] = stride
+        stride *= padded[d]
+    for d in range(n):
+        if op_strides[d] == 0:
+            continue
+        coord = f"(gid / {out_strides[d]})" if out_strides[d] > 1 else "gid"
+        if d > 0:
+            coord = f"({coord} % {out_shape[d]})"
+        terms.append(coord if op_strides[d] == 1 else f"{coord} * {op_strides[d]}")
+    return " + ".join(terms) if terms else "0"
+
+
+def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> KernelSource:
+    shape = kernel.shape
+    count = max(1, _prod(shape))
+    names: dict[str, str] = {}
+    body: list[str] = []
+    for op in kernel.ops:
+        def ref(name: str) -> str:
+            if name in names:
+                return names[name]
+            t = program.tensors[name]
+            return clexpr.load(buf(name), _broadcast_offset(t.shape, shape), t.dtype)
+        var = f"v_{op.output}"
+        ctype = clexpr.COMPUTE[program.tensors[op.output].dtype]
+        body.append(f"const {ctype} {var} = {clexpr.expr(op.expr, ref)};  /* {op.text} */"
+                    .replace("*/;", "*/"))
+        names[op.output] = var
+    for w in kernel.writes:
+        body.append(clexpr.store(buf(w), "gid", names[w], program.tensors[w].dtype))
+    produced = set(kernel.produces)
+    ins = list(dict.fromkeys(r for op in kernel.ops for r in ir.expr_refs(op.expr)
+                             if r not in produced))
+    args = [KernelArg(n, "in", program.tensors[n].dtype, program.tensors[n].size) for n in ins]
+    args += [KernelArg(n, "out", program.tensors[n].dtype, program.tensors[n].size)
+             for n in kernel.writes]
+    ctx = {"title": f"{kernel.name}: elementwise kernel generated by tilec",
+           "comment": [op.text.replace("*/", "* /") for op in kernel.ops]
+           + [f"{count} elements, one per work-item"],
+           "name": kernel.name, "args": [_arg_decl(a) for a in args], "count": count,
+           "body": body}
+    text = _env().get_template("elementwise.cl.j2").render(k=ctx)
+    flops = count * sum(_ops(op.expr) for op in kernel.ops)
+    return KernelSource(kernel.name, "elementwise", text, tuple(args), count, None, {}, "",
+                        flops)
+
+
+def init_source(kernel: ContractionKernel, program: ir.Program) -> KernelSource:
+    """Fill an output whose elements are not all reached by index points: zero or the default."""
+    out = program.tensors[kernel.op.output]
+    default = kernel.op.default
+    name = f"init_{out.name}"
+    value = (clexpr.load(buf(default), "gid", program.tensors[default].dtype) if default
+             else clexpr.literal(0, out.dtype))
+    args = ([KernelArg(default, "in", program.tensors[default].dtype, out.size)]
+            if default else [])
+    args.append(KernelArg(out.name, "out", out.dtype, out.size))
+    ctx = {"title": f"{name}: initialise {out.name} before its contraction",
+           "comment": [kernel.op.text.replace("*/", "* /")], "name": name,
+           "args": [_arg_decl(a) for a in args], "count": out.size,
+           "body": [clexpr.store(buf(out.name), "gid", value, out.dtype)]}
+    text = _env().get_template("elementwise.cl.j2").render(k=ctx)
+    return KernelSource(name, "init", text, tuple(args), out.size, None)
+
+
+def _ops(e: ir.Expr) -> int:
+    return 1 + sum(_ops(a) for a in e.args) if isinstance(e, ir.Op) else 0

@@ -1,0 +1,273 @@
+"""`compile`: Tile text -> an `Executable` that runs on an OpenCL device.
+
+parse -> check -> fuse (flatten) -> tile search -> schedule -> codegen -> build.  The
+Executable holds the buffers and launches the kernels in order; with `validate=True` every call
+is compared with the numpy reference."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from . import ir
+from .api import check_program
+from .check import normalize_dtype
+from .codegen import KernelSource, contraction_source, elementwise_source, init_source
+from .config import Config
+from .errors import Source, TileError, ValidationError
+from .fuse import ContractionKernel, KernelPlan, plan_kernels
+from .hw import HwModel
+from .runtime import Runtime, event_seconds
+from .schedule import make_schedule
+
+NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
+POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
+          "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB)}
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    kind: str
+    global_size: int
+    local_size: int | None
+    tile: dict[str, int]
+    cost: str
+    flops: int
+    args: tuple[str, ...]
+
+
+@dataclass
+class Validation:
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+    worst: str = ""
+
+
+def _hw_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
+    if isinstance(hw, HwModel):
+        return hw
+    name = hw or config.hw
+    if name and name != "auto":
+        return HwModel.load(name)
+    return HwModel.from_device(runtime.device)
+
+
+def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):
+    """The tile for one contraction: forced by the config, or the search's first choice.
+    Returns (tile, cost log lines, search result or None)."""
+    from .search import score_tile, search
+
+    flat = kernel.flat
+    forced = config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
+    if forced is not None:
+        unknown = set(forced) - set(flat.names)
+        if unknown:
+            raise TileError(f"--tile for {kernel.op.output}: unknown index "
+                            f"{', '.join(sorted(unknown))} (indices: {', '.join(flat.names)})")
+        tile = tuple(max(1, min(int(forced.get(n, r)), r))
+                     for n, r in zip(flat.names, flat.ranges, strict=True))
+        cost = score_tile(flat, hw, tile, post_ops=kernel.post_op_count, dtype=dtype)
+        return tile, cost.log_text().splitlines(), None
+    result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k)
+    return tuple(result.tile), result.cost.log_text().splitlines(), result
+
+
+def generate(plan: KernelPlan, hw: HwModel, config: Config,
+             tiles: Mapping[str, tuple[int, ...]] | None = None
+             ) -> tuple[list[KernelSource], dict[str, object]]:
+    """Kernel sources in launch order, and the search result of each contraction."""
+    sources: list[KernelSource] = []
+    searches: dict[str, object] = {}
+    for k in plan.kernels:
+        if isinstance(k, ContractionKernel):
+            dtype = plan.program.tensors[k.op.output].dtype
+            if tiles and k.name in tiles:
+                tile, lines, result = tiles[k.name], [], None
+            else:
+                tile, lines, result = plan_tile(k, hw, config, dtype)
+            searches[k.name] = result
+            sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
+                                  staging=config.staging, threads=config.threads)
+            if k.out_map == "injective":
+                sources.append(init_source(k, plan.program))
+            sources.append(contraction_source(k, sched, plan.program, lines))
+        else:
+            sources.append(elementwise_source(k, plan.program))
+    return sources, searches
+
+
+class Executable:
+    """Compiled kernels for one program on one device; call it with the input arrays."""
+
+    def __init__(self, program: ir.Program, plan: KernelPlan, sources: list[KernelSource],
+                 runtime: Runtime, hw: HwModel, config: Config, *, validate: bool = False,
+                 searches: dict | None = None, built=None):
+        self.program = program
+        self.plan = plan
+        self.sources = sources
+        self.runtime = runtime
+        self.hw = hw
+        self.config = config
+        self.validate = validate
+        self.searches = searches or {}
+        self.source = "\n".join(s.text for s in sources)
+        self.kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
+                                   s.flops, tuple(a.tensor for a in s.args)) for s in sources]
+        self.cost_log = "\n".join(s.cost for s in sources if s.cost)
+        self.last_timings: dict[str, float] = {}
+        self.last_validation: Validation | None = None
+        sizes = {n: program.tensors[n].size * _itemsize(program.tensors[n].dtype)
+                 for n in plan.buffers()}
+        runtime.check_sizes(sizes)
+        self._sizes = sizes
+        self._cl_program = built if built is not None else runtime.build(
+            self.source, config.build_options)
+        self._kernels = {s.name: getattr(self._cl_program, s.name) for s in sources}
+        self._buffers: dict[str, object] = {}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def _buffer(self, name: str):
+        if name not in self._buffers:
+            self._buffers[name] = self.runtime.buffer(self._sizes[name])
+        return self._buffers[name]
+
+    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
+        return self.run(arrays)
+
+    def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
+            repeat: int = 1) -> dict[str, np.ndarray]:
+        """Run every kernel `repeat` times (timings: the median per kernel), return outputs."""
+        prepared = self._inputs(arrays)
+        rt = self.runtime
+        for name, arr in prepared.items():
+            rt.upload(self._buffer(name), arr)
+        if poison:
+            for name in self._sizes:
+                if name not in self.program.inputs:
+                    t = self.program.tensors[name]
+                    rt.fill(self._buffer(name), POISON[t.dtype], self._sizes[name])
+        times: dict[str, list[float]] = {s.name: [] for s in self.sources}
+        for _ in range(max(1, repeat)):
+            events = []
+            for s in self.sources:
+                args = [self._buffer(a.tensor) for a in s.args]
+                events.append((s.name, rt.launch(self._kernels[s.name], s.global_size,
+                                                 s.local_size, args)))
+            rt.finish()
+            for name, ev in events:
+                times[name].append(event_seconds(ev))
+        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
+        outs = {}
+        for name in self.program.outputs:
+            t = self.program.tensors[name]
+            buf = self._buffer(name) if name in self._sizes else None
+            if buf is None:  # an output that is an input passed straight through
+                outs[name] = prepared[name].copy()
+                continue
+            raw = rt.download(buf, t.shape, np.uint8 if t.dtype == "bool" else NP[t.dtype])
+            outs[name] = raw.astype(np.bool_) if t.dtype == "bool" else raw
+        if self.validate:
+            self.last_validation = self.check(prepared, outs)
+            if not self.last_validation.ok:
+                raise ValidationError(f"results disagree with the numpy reference: "
+                                      f"{self.last_validation.worst}")
+        return outs
+
+    def _inputs(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self.program.inputs:
+            t = self.program.tensors[name]
+            if name not in arrays:
+                raise TileError(f"no array given for input {name} (shape {list(t.shape)})")
+            a = np.asarray(arrays[name])
+            if tuple(a.shape) != t.shape:
+                raise TileError(f"input {name} has shape {list(a.shape)}; the program was "
+                                f"compiled for {list(t.shape)}")
+            a = a.astype(NP[t.dtype], copy=False)
+            if t.dtype == "bool":
+                a = a.astype(np.uint8)
+            out[name] = np.ascontiguousarray(a)
+        extra = set(arrays) - set(self.program.inputs)
+        if extra:
+            raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
+                            f"{', '.join(self.program.inputs)})")
+        return out
+
+    def check(self, inputs: Mapping[str, np.ndarray],
+              outs: Mapping[str, np.ndarray]) -> Validation:
+        from .reference import evaluate_program
+
+        ref = evaluate_program(self.program, inputs)
+        return compare(ref, outs, self.program, self.config)
+
+    def gflops(self) -> dict[str, float]:
+        return {k.name: k.flops / self.last_timings[k.name] * 1e-9
+                for k in self.kernels if self.last_timings.get(k.name)}
+
+
+def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], program: ir.Program,
+            config: Config) -> Validation:
+    worst_abs, worst_rel, ok, worst = 0.0, 0.0, True, ""
+    for name, r in ref.items():
+        g = got[name]
+        dt = program.tensors[name].dtype
+        if dt in ("int32", "bool"):
+            bad = np.asarray(r != g)
+            if bad.any():
+                ok = False
+                worst = f"{name}: {int(bad.sum())} of {bad.size} elements differ"
+            continue
+        r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        scale = float(np.max(np.abs(r64[np.isfinite(r64)]), initial=1.0))
+        rtol = config.rtol * (10 if dt == "float16" else 1)
+        atol = config.atol * max(1.0, scale) * (10 if dt == "float16" else 1)
+        err = np.abs(r64 - g64)
+        same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))
+        err = np.where(same, 0.0, err)
+        bad = ~(err <= atol + rtol * np.abs(r64))
+        if err.size:
+            worst_abs = max(worst_abs, float(np.nanmax(np.where(np.isnan(err), np.inf, err))))
+            rel = err / np.maximum(np.abs(r64), 1e-30)
+            worst_rel = max(worst_rel, float(np.max(np.where(same, 0.0, rel))))
+        if bad.any():
+            ok = False
+            idx = np.unravel_index(int(np.argmax(bad)), r64.shape) if r64.ndim else ()
+            worst = (f"{name}{list(idx)}: expected {r64[idx]:.6g}, got {g64[idx]:.6g} "
+                     f"({int(bad.sum())} of {bad.size} elements outside rtol={rtol:g}, "
+                     f"atol={atol:g})")
+    return Validation(worst_abs, worst_rel, ok, worst)
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "int32": 4, "bool": 1}[dtype]
+
+
+def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None, *,
+            dtype: str | Mapping[str, str] = "float32", device: str | None = None,
+            hw: HwModel | str | None = None, config: Config | None = None,
+            validate: bool = False) -> Executable:
+    """Compile a Tile program for inputs of the given shapes (default: the `// shapes:`
+    comment) into kernels for one OpenCL device."""
+    config = config or Config()
+    if device is not None:
+        config = replace(config, device=device)
+    if isinstance(dtype, str):
+        dtype = normalize_dtype(dtype)
+    program = check_program(source, shapes, dtype)
+    plan = plan_kernels(program)
+    runtime = Runtime.get(config.device)
+    model = _hw_for(hw, config, runtime)
+    sources, searches = generate(plan, model, config)
+    return Executable(program, plan, sources, runtime, model, config, validate=validate,
+                      searches=searches)
+
+
+__all__ = ["compile", "Executable", "KernelInfo", "Validation", "compare"]

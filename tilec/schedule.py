@@ -1,0 +1,134 @@
+"""How a chosen tile becomes work: threads per output index, the vectorised index and its width,
+and, when inputs are staged in local memory, each input's staged region (PlaidML's merged load
+indices with the padded local layout from `layout`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .flat import FlatContraction
+from .hw import HwModel
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One input's tile in local memory."""
+
+    input: int  # position among flat.inputs
+    # Merged load indices, fastest-varying global stride first: (range, global stride, local
+    # stride, position of index value 0 along it when a part runs backwards).
+    merged: tuple[tuple[int, int, int, int], ...]
+    local_strides: tuple[int, ...]  # per flat index: local address step (0: not addressed)
+    elems: int  # local buffer size in elements, padding included
+    local_base: int = 0  # local address of the tile's origin
+
+
+@dataclass(frozen=True)
+class Schedule:
+    flat: FlatContraction
+    tile: tuple[int, ...]
+    threads: tuple[int, ...]  # per flat index; 1 for reduction indices
+    vec_index: int | None  # the flat index spread over vector lanes
+    vec: int  # lanes (1: scalar code)
+    staged: tuple[Staged | None, ...]  # per input; None: read through the cache
+
+    @property
+    def wg_threads(self) -> int:
+        n = 1
+        for t in self.threads:
+            n *= t
+        return n
+
+    @property
+    def dot(self) -> bool:
+        """Vector lanes run along a reduction index (summed across lanes at the end)."""
+        return self.vec_index is not None and self.vec_index in self.flat.reduce_indices
+
+    def counts(self) -> tuple[int, ...]:
+        """Tiles along each index: work-groups for output indices, loop trips otherwise."""
+        return tuple(-(-r // t) for r, t in zip(self.flat.ranges, self.tile, strict=True))
+
+    def units(self, k: int) -> int:
+        """Points of index k each work-group spreads over its threads (vectors count once)."""
+        return self.tile[k] // self.vec if k == self.vec_index else self.tile[k]
+
+    def acc_counts(self) -> tuple[int, ...]:
+        """Accumulator points per thread along each output index (1 elsewhere)."""
+        out = []
+        for k in range(len(self.tile)):
+            out.append(self.units(k) // self.threads[k] if k in self.flat.out_indices else 1)
+        return tuple(out)
+
+
+def constrained(flat: FlatContraction) -> set[int]:
+    return {k for c in flat.constraints for k, v in enumerate(c.coeffs) if v}
+
+
+def vector_candidates(flat: FlatContraction) -> list[int]:
+    """Indices that can be spread over vector lanes, best first.
+
+    An index qualifies when no constraint mentions it (a lane mask per point would be needed)
+    and no tensor must gather along it (stride other than 0 or 1); the output's unit-stride
+    index is preferred, as its stores are contiguous too."""
+    blocked = constrained(flat)
+    scored = []
+    for k in range(len(flat.names)):
+        if k in blocked:
+            continue
+        strides = [t.strides[k] for t in flat.inputs]
+        if any(s not in (0, 1) for s in strides) or 1 not in strides + [flat.output.strides[k]]:
+            continue
+        out = flat.output.strides[k]
+        if out not in (0, 1):
+            continue
+        loads = sum(1 for s in strides if s == 1)
+        scored.append((0 if out == 1 else 1, -loads, k))
+    return [k for *_, k in sorted(scored)]
+
+
+def _pow2_divisor(n: int, cap: int) -> int:
+    w = 1
+    while w * 2 <= cap and n % (w * 2) == 0:
+        w *= 2
+    return w
+
+
+def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
+                  vec: int | None = None, staging: str | None = None,
+                  threads: int | None = None) -> Schedule:
+    width = hw.vec_size if vec is None else vec
+    vec_index, lanes = None, 1
+    if width > 1:
+        for k in vector_candidates(flat):
+            w = _pow2_divisor(tile[k], width)
+            w = min(w, _pow2_divisor(flat.ranges[k], width))
+            if w > 1:
+                vec_index, lanes = k, w
+                break
+    budget = hw.threads if threads is None else threads
+    th = [1] * len(tile)
+    order = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
+    for k in order:
+        units = tile[k] // lanes if k == vec_index else tile[k]
+        t = _pow2_divisor(units, budget)
+        th[k] = t
+        budget //= t
+    use_local = (staging or hw.staging) == "local"
+    staged = tuple(stage_input(flat, tuple(tile), i) if use_local else None
+                   for i in range(len(flat.inputs)))
+    return Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
+
+
+def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int) -> Staged:
+    """PlaidML's merged load indices and padded local layout for input i (see `layout`)."""
+    from .layout import read_plan
+
+    lay = read_plan(flat.names, flat.inputs[i], tile, 1)
+    merged, local_strides, base = [], [0] * len(tile), 0
+    for m in lay.indices:
+        merged.append((m.range, m.global_stride, m.local_stride, m.zero))
+        base += m.zero * m.local_stride
+        for name, mult in m.parts:
+            local_strides[flat.names.index(name)] = mult * m.local_stride
+    merged.sort(key=lambda x: abs(x[1]))
+    return Staged(i, tuple(merged), tuple(local_strides), lay.local_size_elems, base)
