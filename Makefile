@@ -9,12 +9,13 @@ $(BIN)/tilec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[pocl,test]"
+	bash .ci/ensure-opencl $(BIN)/python
 	touch $(BIN)/tilec
 
 install: $(BIN)/tilec
 
 run: install
-	$(BIN)/tilec eval examples/conv_relu.tile
+	$(BIN)/tilec run examples/conv_relu.tile --validate
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -106,12 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="seed for inputs not given")
     sp.set_defaults(fn=cmd_eval)
 
-    for register in _EXTRA_COMMANDS:
+    for register in _extra_commands():
         register(sub, common)
     return p
 
 
-_EXTRA_COMMANDS: list = []
+def _extra_commands() -> list:
+    from . import cli_run
+
+    return [cli_run.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

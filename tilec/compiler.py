@@ -63,7 +63,8 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
     from .search import score_tile, search
 
     flat = kernel.flat
-    forced = config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
+    forced = (config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
+              or config.tiles.get("*"))
     if forced is not None:
         unknown = set(forced) - set(flat.names)
         if unknown:

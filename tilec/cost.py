@@ -218,7 +218,8 @@ def _ratios(to: Any, nbytes: Any, wg: Any, tu: Any, hw: HwModel) -> tuple:
     roof_ratio = np.minimum(fpb, goal) / goal
     occ_ratio = occupancy / hw.goal_groups
     thread_ratio = tu / hw.threads
-    return fpb, occupancy, roof_ratio, occ_ratio, thread_ratio, roof_ratio * occ_ratio * thread_ratio
+    score_ = roof_ratio * occ_ratio * thread_ratio
+    return fpb, occupancy, roof_ratio, occ_ratio, thread_ratio, score_
 
 
 def _cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str, Any]:
@@ -324,7 +325,7 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     tu = np.maximum(op, np.prod(thr, axis=1))
     or_ = hw.threads * np.prod(A, axis=1) * es
     mw_count = np.ones(n, np.int64)
-    for j, kk in enumerate(outs):
+    for kk in outs:
         mw_count *= -(-T[:, kk] // me) if out_s[kk] == 1 else T[:, kk]
     mw = mw_count * hw.mem_width
     loads = []

@@ -112,6 +112,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     """Find the best-scoring tile.  `log` (a path or text stream) receives the top tiles' cost
     log: text in the seed's format, or JSON lines when the path ends in .jsonl/.json."""
     start = time.perf_counter()
+    top_k = max(1, top_k)
     es = hw.elem_size(dtype)
     cands = [candidates(r) for r in flat.ranges]
     strategy = "exhaustive"
@@ -238,7 +239,12 @@ def _beam(cands: list[list[int]], top_k: int, args: tuple) -> tuple[np.ndarray, 
         stats = score_many(args[0], new, args[1], args[2], args[3], post_inputs=args[4])
         _tally(stats, tally)
         ok = stats["status"] == 0
-        frontier = new[ok][_ranked(new[ok], _sub(stats, ok))[:BEAM]]
+        if ok.any():
+            frontier = new[ok][_ranked(new[ok], _sub(stats, ok))[:BEAM]]
+        else:
+            # A rejected tile can have valid descendants (the reduction scratch of the all-1
+            # tile goes away once the output tile covers the threads), so climb on from some.
+            frontier = new[:BEAM]
         best, best_stats = _merge_best(new, best, best_stats, top_k, [0, 0, 0, 0], args,
                                        stats=stats)
     return best, tally

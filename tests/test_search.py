@@ -1,0 +1,207 @@
+"""Tile search: ranking, rejection, fallbacks, the cost log."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tilec.cost import Cost, score
+from tilec.errors import TileError
+from tilec.flat import FlatContraction, FlatTensor
+from tilec.hw import HwModel
+from tilec.search import candidates, score_tile, search, write_log
+
+SEED_HW = HwModel.load("seed-example")
+CPU = HwModel.load("pocl-cpu")
+
+
+def seed_flat(n: int = 32) -> FlatContraction:
+    names = ("ci", "co", "i", "j", "n", "x", "y")
+    ranges = (64, 64, 3, 3, n, 224, 224)
+    out = FlatTensor("O", (0, 1, 0, 0, 3211264, 14336, 64), 0)
+    d = FlatTensor("D", (1, 0, 14336, 64, 3211264, 14336, 64), -14400)
+    k = FlatTensor("K", (1, 64, 12288, 4096, 0, 0, 0), 0)
+    return FlatContraction(names, ranges, (out, d, k))
+
+
+def matmul_flat(m: int, n: int, k: int) -> FlatContraction:
+    out = FlatTensor("C", (0, n, 1), 0)
+    a = FlatTensor("A", (1, k, 0), 0)
+    b = FlatTensor("B", (n, 0, 1), 0)
+    return FlatContraction(("k", "m", "n"), (k, m, n), (out, a, b))
+
+
+def _rank_key(c: Cost) -> tuple:
+    return (-c.score, -c.flops_per_byte)
+
+
+def test_candidates() -> None:
+    assert candidates(224) == [1, 2, 4, 7, 8, 14, 16, 28, 32, 56, 64, 112, 128, 224]
+    assert candidates(3) == [1, 2, 3]
+    assert candidates(1) == [1]
+
+
+def test_seed_search() -> None:
+    flat = seed_flat()
+    plan = search(flat, SEED_HW, post_ops=2, top_k=8)
+    assert plan.strategy == "exhaustive"
+    assert plan.candidates_scored + plan.pruned == 7 * 7 * 3 * 3 * 6 * 14 * 14
+    assert plan.rejected_memory > 0
+    assert len(plan.top) == 8 and plan.tile == plan.top[0][0]
+    for tile, c in plan.top:
+        assert c.ok and c.sm <= SEED_HW.max_mem and c.or_ <= SEED_HW.max_regs
+        assert c == score(flat, tile, SEED_HW, 2)
+    keys = [_rank_key(c) for _, c in plan.top]
+    assert keys == sorted(keys)
+    # At least as good as the seed's own choice (score 1, 23.04 flops/byte).
+    assert plan.cost.score == 1.0 and plan.cost.flops_per_byte >= 23.04
+    assert plan.layout().accumulators * plan.layout().total_threads == plan.layout().outputs
+
+
+def test_search_is_deterministic() -> None:
+    flat = seed_flat(4)
+    a = search(flat, SEED_HW, post_ops=2)
+    b = search(flat, SEED_HW, post_ops=2)
+    assert a.top == b.top
+
+
+def test_exhaustive_search_finds_brute_force_best() -> None:
+    out = FlatTensor("O", (0, 12, 1), 0)
+    a = FlatTensor("A", (1, 20, 0), 0)
+    b = FlatTensor("B", (12, 0, 1), 0)
+    flat = FlatContraction(("k", "m", "n"), (20, 6, 12), (out, a, b))
+    hw = HwModel(name="small", kind="gpu", threads=16, mem_width=16, max_mem=600,
+                 max_regs=256, goal_groups=4, goal_flops_per_byte=4.0, staging="local")
+    plan = search(flat, hw)
+    every = [score(flat, t, hw) for t in itertools.product(*map(candidates, flat.ranges))]
+    ok = [c for c in every if c.ok]
+    best = min(ok, key=lambda c: (_rank_key(c), c.wg, c.il))
+    assert _rank_key(plan.cost) == _rank_key(best)
+    # Pruned tiles are over regs; some of them are over memory too, which is checked first.
+    assert plan.rejected_memory + plan.rejected_regs + plan.pruned == len(every) - len(ok)
+    assert plan.rejected_regs <= sum(c.status == "over regs" for c in every)
+    assert plan.candidates_scored + plan.pruned == len(every)
+
+
+def test_beam_search_when_too_many_candidates() -> None:
+    flat = seed_flat()
+    plan = search(flat, SEED_HW, post_ops=2, limit=1000)
+    assert plan.strategy == "beam"
+    assert all(c.ok for _, c in plan.top)
+    assert plan.cost.score == 1.0
+
+
+def test_cpu_matmul_picks_a_vector_register_tile() -> None:
+    for m, n, k in [(512, 512, 512), (256, 1024, 128), (1024, 1024, 1024)]:
+        flat = matmul_flat(m, n, k)
+        plan = search(flat, CPU)
+        tk, tm, tn = plan.tile
+        assert tn % CPU.vec_size == 0  # the unit-stride output index fills whole vectors
+        assert 4 <= tm <= 8 and 16 <= tn <= 32
+        assert plan.cost.mr <= CPU.l1_bytes  # the reduction chunk's inputs fit L1
+        assert tk >= 64 or tk == k
+        assert plan.layout().vector_width == CPU.vec_size
+
+
+def test_unfittable_model_raises() -> None:
+    hw = HwModel(name="tiny", kind="gpu", threads=4, mem_width=16, max_mem=4,
+                 max_regs=1, goal_groups=1, goal_flops_per_byte=1.0, staging="local")
+    with pytest.raises(TileError, match="cannot fit this operation"):
+        search(matmul_flat(8, 8, 8), hw)
+
+
+def test_score_tile_checks_the_tile() -> None:
+    flat = seed_flat()
+    c = score_tile(flat, SEED_HW, [8, 32, 2, 3, 16, 2, 2], post_ops=2)
+    assert c.score == 1.0
+    by_name = score_tile(flat, SEED_HW, {"ci": 8, "co": 32, "i": 2, "j": 3, "n": 16, "x": 2,
+                                         "y": 2}, post_ops=2)
+    assert by_name == c
+    with pytest.raises(TileError, match="has 3 sizes"):
+        score_tile(flat, SEED_HW, [1, 2, 3])
+    with pytest.raises(TileError, match="outside 1..3"):
+        score_tile(flat, SEED_HW, [8, 32, 4, 3, 16, 2, 2])
+    with pytest.raises(TileError, match="unknown index 'z'"):
+        score_tile(flat, SEED_HW, {"z": 2})
+
+
+def test_write_log_text_and_json_lines(tmp_path) -> None:
+    plan = search(seed_flat(4), SEED_HW, post_ops=2, top_k=3)
+    text = tmp_path / "cost.log"
+    write_log(plan, text)
+    lines = text.read_text().splitlines()
+    assert lines[0].startswith("Computing cost for tile size: [")
+    assert sum(ln.startswith("Computing cost") for ln in lines) == 3
+    jl = tmp_path / "cost.jsonl"
+    write_log(plan, jl)
+    recs = [json.loads(ln) for ln in jl.read_text().splitlines()]
+    assert len(recs) == 3 and all(r["version"] == 1 for r in recs)
+    assert tuple(recs[0]["tile"].values()) == plan.tile
+    assert set(recs[0]["tile"]) == set(plan.flat.names)
+    buf = io.StringIO()
+    search(seed_flat(4), SEED_HW, post_ops=2, top_k=2, log=buf)
+    assert buf.getvalue().count("Computing cost") == 2
+    with pytest.raises(TileError):
+        write_log(plan, buf, fmt="xml")
+
+
+# -- property: the search never keeps a tile the hardware cannot hold ---------------------------
+
+@st.composite
+def flats(draw: st.DrawFn) -> FlatContraction:
+    k = draw(st.integers(1, 4))
+    ranges = tuple(draw(st.integers(1, 24)) for _ in range(k))
+    outs = draw(st.lists(st.booleans(), min_size=k, max_size=k))
+    strides = [0] * k
+    step = 1
+    for j in range(k - 1, -1, -1):
+        if outs[j]:
+            strides[j] = step
+            step *= ranges[j]
+    tensors = [FlatTensor("O", tuple(strides), 0)]
+    for name in "AB"[: draw(st.integers(1, 2))]:
+        s = tuple(draw(st.sampled_from([0, 1, -1, 2, 3, 8, 24, 100])) for _ in range(k))
+        tensors.append(FlatTensor(name, s, 0))
+    return FlatContraction(tuple("abcd"[:k]), ranges, tuple(tensors))
+
+
+@st.composite
+def hw_models(draw: st.DrawFn) -> HwModel:
+    kind = draw(st.sampled_from(["gpu", "cpu"]))
+    l1 = draw(st.sampled_from([512, 4096, 32768]))
+    return HwModel(
+        name="random", kind=kind, threads=draw(st.sampled_from([1, 4, 32, 256])),
+        mem_width=draw(st.sampled_from([4, 16, 64, 128])),
+        max_mem=draw(st.integers(1, 8000)), max_regs=draw(st.integers(1, 8000)),
+        goal_groups=draw(st.integers(1, 32)), goal_flops_per_byte=draw(st.floats(0.5, 50)),
+        staging="global" if kind == "cpu" else draw(st.sampled_from(["local", "global"])),
+        vec_size=draw(st.sampled_from([1, 4, 8, 16])),
+        registers=draw(st.integers(3, 32)) if kind == "cpu" else 0,
+        l1_bytes=l1, l2_bytes=l1 * 16)
+
+
+@given(flats(), hw_models(), st.integers(0, 3), st.sampled_from([2_000_000, 50]))
+@settings(max_examples=150, deadline=None)
+def test_kept_tiles_always_fit(flat: FlatContraction, hw: HwModel, post_ops: int,
+                               limit: int) -> None:
+    try:
+        plan = search(flat, hw, post_ops=post_ops, top_k=5, limit=limit)
+    except TileError:
+        ones = score(flat, (1,) * len(flat.ranges), hw, post_ops)
+        assert not ones.ok
+        return
+    assert 1 <= len(plan.top) <= 5
+    for tile, c in plan.top:
+        assert c.ok and c.score >= 0
+        assert c.sm <= hw.max_mem and c.or_ <= hw.max_regs
+        assert all(1 <= t <= r for t, r in zip(tile, flat.ranges, strict=True))
+        if hw.kind == "cpu":
+            assert c.vregs <= hw.registers
+    scores = np.array([c.score for _, c in plan.top])
+    assert (np.diff(scores) <= 0).all()

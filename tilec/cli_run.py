@@ -1,0 +1,168 @@
+"""`tilec compile`, `tilec run` and `tilec devices`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .config import Config
+from .errors import TileError
+from .source import read_source
+
+
+def parse_tiles(specs: list[str] | None) -> dict[str, dict[str, int]]:
+    """`--tile ci=8,co=32` (every contraction) or `--tile O:ci=8,co=32` (the one writing O)."""
+    out: dict[str, dict[str, int]] = {}
+    for spec in specs or []:
+        target, sep, body = spec.rpartition(":")
+        target = target if sep else "*"
+        sizes = {}
+        for item in body.split(","):
+            name, eq, val = item.partition("=")
+            if not eq or not val.strip().isdigit() or int(val) <= 0:
+                raise TileError(f"--tile: expected INDEX=SIZE[,INDEX=SIZE...], got {item!r}")
+            sizes[name.strip()] = int(val)
+        out[target] = sizes
+    return out
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    tiles = parse_tiles(getattr(args, "tile", None))
+    return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
+                  tiles=tiles)
+
+
+def add_device_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--device", help="substring of 'platform: device' (default: a GPU if "
+                    "there is one, else the CPU)")
+    sp.add_argument("--hw", help="hardware model: a shipped name, a .toml path, or 'auto' "
+                    "(derived from the device; the default)")
+    sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
+                    help="force a tile instead of searching")
+
+
+def _compile(args: argparse.Namespace, src):
+    from .cli import _shapes
+    from .compiler import compile as tile_compile
+
+    return tile_compile(src, _shapes(args, src), dtype=args.dtype, config=make_config(args))
+
+
+def manifest(exe) -> dict:
+    p = exe.program
+    buffers = []
+    for name in exe.plan.buffers():
+        t = p.tensors[name]
+        role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
+        buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
+                        "bytes": exe._sizes[name]})
+    kernels = []
+    for s in exe.sources:
+        kernels.append({
+            "name": s.name, "kind": s.kind, "global_size": [s.global_size],
+            "local_size": None if s.local_size is None else [s.local_size],
+            "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
+                      else "write", "dtype": a.dtype, "elements": a.elems}
+                     for i, a in enumerate(s.args)],
+            "tile": s.tile, "flops": s.flops,
+        })
+    info = exe.runtime.info
+    return {"version": 1, "tilec": __version__, "inputs": list(p.inputs),
+            "outputs": list(p.outputs), "buffers": buffers, "kernels": kernels,
+            "build_options": list(exe.config.build_options),
+            "device": {"platform": info.platform, "name": info.name, "driver": info.driver},
+            "hw_model": exe.hw.name}
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    src = read_source(args.file)
+    exe = _compile(args, src)
+    out = Path(args.output) if args.output else Path(args.file).with_suffix(".cl")
+    out.write_text(exe.source)
+    print(f"wrote {out} ({len(exe.sources)} kernel{'s' if len(exe.sources) != 1 else ''})")
+    if args.manifest:
+        Path(args.manifest).write_text(json.dumps(manifest(exe), indent=2) + "\n")
+        print(f"wrote {args.manifest}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .cli import _load_inputs, random_array
+
+    src = read_source(args.file)
+    arrays = _load_inputs(args.input or [])
+    if arrays and not args.shape:
+        args.shape = [f"{k}={'x'.join(map(str, a.shape))}" for k, a in arrays.items()]
+    exe = _compile(args, src)
+    rng = np.random.default_rng(args.seed)
+    for name in exe.program.inputs:
+        if name not in arrays:
+            t = exe.program.tensors[name]
+            arrays[name] = random_array(rng, t.shape, t.dtype)
+    outs = exe.run(arrays, repeat=args.repeat, poison=args.validate)
+    info = exe.runtime.info
+    print(f"device: {info.label} ({info.platform_version}); hardware model: {exe.hw.name}")
+    total = 0.0
+    for k in exe.kernels:
+        t = exe.last_timings.get(k.name, 0.0)
+        total += t
+        rate = f"{k.flops / t * 1e-9:10.2f} GFLOP/s" if t > 0 and k.flops else ""
+        tile = " ".join(f"{n}={v}" for n, v in k.tile.items())
+        print(f"  {k.name:<24} {t * 1e3:10.3f} ms {rate}  {tile}")
+    print(f"  {'total':<24} {total * 1e3:10.3f} ms (median of {args.repeat})")
+    if args.validate:
+        v = exe.check(exe._inputs(arrays), outs)
+        status = "ok" if v.ok else "MISMATCH"
+        print(f"validation: {status}: max abs error {v.max_abs_error:.3g}, max rel error "
+              f"{v.max_rel_error:.3g}" + (f"; {v.worst}" if not v.ok else ""))
+        if not v.ok:
+            return 2
+    if args.save:
+        d = Path(args.save)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, arr in outs.items():
+            np.save(d / f"{name}.npy", arr)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from .hw import HwModel
+    from .runtime import _probe, all_devices, describe
+
+    for d in all_devices():
+        info = describe(d)
+        problem = _probe(d)
+        print(f"{info.label}  [{info.kind}, {info.version}, driver {info.driver}]"
+              + (f"  UNUSABLE: {problem}" if problem else ""))
+        print(f"  platform: {info.platform_version}")
+        try:
+            print("  " + HwModel.from_device(d).describe().replace("\n", "\n  "))
+        except TileError as e:
+            print(f"  no hardware model: {e}")
+    return 0
+
+
+def register(sub, common) -> None:
+    sp = sub.add_parser("compile", help="compile a program to OpenCL C")
+    common(sp)
+    add_device_options(sp)
+    sp.add_argument("-o", "--output", help="the .cl file to write (default: FILE.cl)")
+    sp.add_argument("--manifest", help="also write a JSON manifest of kernels and buffers")
+    sp.set_defaults(fn=cmd_compile)
+
+    sp = sub.add_parser("run", help="compile, run and time a program on a device")
+    common(sp)
+    add_device_options(sp)
+    sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    sp.add_argument("--validate", action="store_true", help="compare with the numpy reference")
+    sp.add_argument("--repeat", type=int, default=5, help="runs to time (median reported)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
+    sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("devices", help="list OpenCL devices and their derived models")
+    sp.set_defaults(fn=cmd_devices)
