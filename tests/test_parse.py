@@ -307,6 +307,13 @@ def test_windows_line_endings():
     assert "\n      O = A +;\n" in str(info.value)
 
 
+def test_caret_lines_up_under_tabs():
+    with pytest.raises(TileSyntaxError) as info:
+        tilec.parse("function (A[N]) -> (O) {\n\tO =\tA +;\n}")
+    assert (info.value.line, info.value.col) == (2, 9)
+    assert str(info.value).endswith("\n    \tO =\tA +;\n    \t   \t   ^")
+
+
 def test_deep_nesting_is_a_syntax_error_not_a_crash():
     deep = " + A" * (MAX_DEPTH + 50)
     with pytest.raises(TileSyntaxError) as info:

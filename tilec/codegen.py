@@ -455,7 +455,8 @@ class _Contraction:
             "body": self.body(), "epilogue": self.epilogue(),
         }
         text = _env().get_template("contraction.cl.j2").render(k=ctx)
-        flops = f.points * (2 + k_.post_op_count)
+        # Two flops per index point, plus each post-op once per output element.
+        flops = 2 * f.points + k_.post_op_count * self.program.tensors[k_.op.output].size
         return KernelSource(k_.name, "contraction", text, tuple(args), groups * wg, wg, tile,
                             "\n".join(self.cost_lines), flops)
 

@@ -442,6 +442,11 @@ def _on_unique(T: np.ndarray, cols: list[int], fn: Any) -> np.ndarray:
         return np.repeat(out, n, axis=0)
     sub = T[:, cols]
     radix = sub.max(axis=0) + 1
+    bound = 1.0
+    for j in range(len(cols)):
+        bound *= np.count_nonzero(np.bincount(sub[:, j]))
+    if bound * 2 > n:  # few repeats: sorting would cost more than it saves
+        return fn(sub)
     if float(np.prod(radix.astype(np.float64))) < 2.0**62:
         key = np.zeros(n, np.int64)
         for j in range(len(cols)):

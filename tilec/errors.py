@@ -56,7 +56,8 @@ class TileError(Exception):
         width = 1
         if self.span.end_line == self.span.line and self.span.end_col > self.span.col:
             width = self.span.end_col - self.span.col
-        caret = " " * (self.span.col - 1) + "^" * max(1, min(width, len(text) - self.span.col + 1))
+        indent = "".join(c if c == "\t" else " " for c in text[:self.span.col - 1])  # keep tabs
+        caret = indent + "^" * max(1, min(width, len(text) - self.span.col + 1))
         return f"{head}\n    {text}\n    {caret}"
 
 

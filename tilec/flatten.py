@@ -1,11 +1,12 @@
-"""Flatten one contraction: exact integer bounds of every index variable (LP over the rationals),
-per-tensor stride tables with constant offsets, the constraints the index box does not imply, and
-PlaidML's fusion of output indices that always move together.
+"""Flatten one contraction: exact integer bounds of every index variable, per-tensor stride
+tables with constant offsets, the constraints the index box does not imply, and PlaidML's fusion
+of output indices that always move together.
 
 An index point's original values are `min + k` for the zero-based flat indices `k`; the set of
 points is exactly the flat box intersected with the kept constraints.  That holds because the box
-is the rounded LP hull of the integer points, and a half-constraint is only dropped when every box
-point satisfies it.
+contains every integer point of the constraint polytope (its bounds are at least as tight as the
+rational LP's, rounded in, and never cut an integer point), and a half-constraint is only dropped
+when every box point satisfies it.
 """
 
 from __future__ import annotations
@@ -274,7 +275,8 @@ def _covered(out_idx: Sequence[ir.Poly], out_shape: tuple[int, ...], mins: Mappi
         if ends != {0, size - 1} or ranges[v] != size:
             return False
         outs.append(v)
-    rest = [v for v in live if v not in outs]
+    # Indices that no kept constraint mentions can take any value of their (non-empty) box.
+    rest = [v for v in live if v not in outs and any(v in coeffs for coeffs, _ in kept)]
     # For all output points: sum(c_r * r) <= rhs - max over the output box of sum(c_o * o).
     need: list[tuple[dict[str, int], int]] = []
     for coeffs, rhs in kept:
@@ -356,7 +358,7 @@ def describe(flat: FlatContraction) -> str:
     of the same form are shown together as `0 <= expr < bound`, like the Tile source."""
     lines = [flat.table()]
     for name, parts in flat.fused:
-        lines.append(f"fused {name} = " + " * ".join(parts))
+        lines.append(f"{name} fuses {', '.join(parts)} (row-major, the last moves fastest)")
     cons = list(flat.constraints)
     used = [False] * len(cons)
     for i, c in enumerate(cons):

@@ -1,0 +1,101 @@
+"""Tile programs the kernel tests compile and run, with shapes small enough for PoCL."""
+
+CASES = {
+    "matmul_odd": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
+                   {"A": (37, 53), "B": (53, 29)}),
+    "matmul_64": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
+                  {"A": (64, 48), "B": (48, 64)}),
+    "matmul_at": ("function (A[K, M], B[K, N]) -> (C) { C[m, n : M, N] = +(A[k, m] * B[k, n]); }",
+                  {"A": (19, 33), "B": (19, 40)}),
+    "conv_same_relu": (
+        """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+             O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+             R = (O > 0 ? O : 0); }""",
+        {"D": (2, 9, 7, 8), "K": (3, 3, 6, 8)}),
+    "conv_valid": (
+        """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
+             O[n, x, y, f : N, X - KX + 1, Y - KY + 1, F] = +(I[n, x + i, y + j, c] * K[i, j, c, f]);
+           }""",
+        {"I": (1, 10, 8, 3), "K": (3, 2, 3, 5)}),
+    "conv_strided": (
+        """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
+             O[n, x, y, f : N, (X - KX) / 2 + 1, (Y - KY) / 2 + 1, F] =
+                 +(I[n, 2*x + i, 2*y + j, c] * K[i, j, c, f]); }""",
+        {"I": (2, 11, 9, 4), "K": (3, 3, 4, 6)}),
+    "conv_dilated": (
+        """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
+             O[n, x, y, f : N, X - 4, Y - 4, F] = +(I[n, x + 2*i, y + 2*j, c] * K[i, j, c, f]); }""",
+        {"I": (1, 12, 10, 3), "K": (3, 3, 3, 4)}),
+    "depthwise": (
+        """function (I[N, X, Y, C], K[KX, KY, C]) -> (O) {
+             O[n, x, y, c : N, X, Y, C] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c]); }""",
+        {"I": (1, 9, 9, 16), "K": (3, 3, 16)}),
+    "maxpool": (
+        """function (I[N, X, Y, C]) -> (O) {
+             O[n, x, y, c : N, X / 2, Y / 2, C] = >(I[n, 2*x + i, 2*y + j, c]), i < 2, j < 2; }""",
+        {"I": (2, 8, 6, 5)}),
+    "avgpool": (
+        """function (I[N, X, Y, C]) -> (O) {
+             S[n, x, y, c : N, X / 2, Y / 2, C] = +(I[n, 2*x + i, 2*y + j, c]), i < 2, j < 2;
+             O = S / 4.0; }""",
+        {"I": (1, 8, 8, 16)}),
+    "softmax": (
+        """function (X[R, C]) -> (Y) {
+             M[r, 0 : R, 1] = >(X[r, c]); E = exp(X - M);
+             S[r, 0 : R, 1] = +(E[r, c]); Y = E / S; }""",
+        {"X": (7, 100)}),
+    "transpose": ("function (A[M, N]) -> (B) { B[n, m : N, M] = =(A[m, n]); }", {"A": (13, 17)}),
+    "product": ("function (A[M, N]) -> (P) { P[m : M] = *(A[m, n]); }", {"A": (9, 6)}),
+    "max_reduce": ("function (A[M, N]) -> (P) { P[n : N] = >(A[m, n]); }", {"A": (31, 16)}),
+    "min_reduce": ("function (A[M, N]) -> (P) { P[m : M] = <(A[m, n]); }", {"A": (16, 31)}),
+    "assign_shift": ("function (A[N]) -> (B) { B[i : N] = =(A[i + 1]), i < N - 1 default A; }",
+                     {"A": (21,)}),
+    "scalar_sum": ("function (A[M, N]) -> (S) { S[] = +(A[m, n]); }", {"A": (12, 10)}),
+    "trace": ("function (A[N, N]) -> (T, D) { T[] = +(A[i, i]); D[i : N] = =(A[i, i]); }",
+              {"A": (11, 11)}),
+    "broadcast": ("function (A[M, N], B[N], C[M, 1]) -> (O) { O = A * B + C; }",
+                  {"A": (5, 8), "B": (8,), "C": (5, 1)}),
+    "several_outputs": (
+        """function (A[M, K], B[K, N]) -> (C, D, E) {
+             C[m, n : M, N] = +(A[m, k] * B[k, n]); D = C * 2; E[m : M] = >(A[m, k]); }""",
+        {"A": (6, 7), "B": (7, 9)}),
+    "conv_bias_relu": (
+        """function (I[N, X, Y, C], K[KX, KY, C, F], B[F]) -> (R) {
+             O[n, x, y, f : N, X, Y, F] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]);
+             R = relu(O + B); }""",
+        {"I": (1, 8, 8, 8), "K": (3, 3, 8, 16), "B": (16,)}),
+    "elementwise_chain": (
+        """function (A[M, N], B[M, N]) -> (Z) {
+             X = tanh(A) * sigmoid(B); Y = max(X, abs(A) - 0.5) + sqrt(abs(B));
+             Z = Y > 0.2 ? exp(Y) : log(abs(A) + 1.0) - floor(B * 3.0) / 3.0 + pow(abs(B), 1.5); }""",
+        {"A": (9, 13), "B": (9, 13)}),
+    "comb_add_max": ("function (A[M], B[N]) -> (O) { O[i, j : M, N] = >(A[i] + B[j]); }",
+                     {"A": (7,), "B": (5,)}),
+    "comb_eq_count": ("function (A[M], B[N]) -> (O) { O[i : M] = +(A[i] == B[j]); }",
+                      {"A": (9,), "B": (4,)}),
+    "argmax_cond": (
+        """function (X[R, C], I[C]) -> (A) {
+             M[r : R] = >(X[r, c]); A[r : R] = >(X[r, c] == M[r] ? I[c]); }""",
+        {"X": (6, 10), "I": (10,)}),
+    "triangular": ("function (A[N, N]) -> (O) { O[i : N] = +(A[i, j]), i - j < N; }",
+                   {"A": (10, 10)}),
+    "strided_output": ("function (A[N]) -> (O) { O[2 * i : 2 * N] = =(A[i]); }", {"A": (9,)}),
+    "product_partial": ("function (A[N]) -> (O) { O[i : N] = *(A[i + j]), j < 3; }",
+                        {"A": (8,)}),
+    "opencl_names": (
+        """function (float[M, N], half[N]) -> (local) {
+             exp[kernel, int : M, N] = +(float[kernel, int] * half[int]);
+             local = exp(exp) + float; }""",
+        {"float": (4, 6), "half": (6,)}),
+}
+
+# Integer programs: inputs are small random integers.
+INT_CASES = {
+    "int_matmul": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
+                   {"A": (9, 13), "B": (13, 7)}),
+    "int_bitwise": (
+        """function (A[N], B[N]) -> (C, D) {
+             C = ((A & B) | (A ^ 3)) + (A << 2) - (B >> 1);
+             D = (A > B) && !(A == 0) || (B < -4); }""",
+        {"A": (33,), "B": (33,)}),
+}
