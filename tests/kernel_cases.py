@@ -1,10 +1,10 @@
 """Tile programs the kernel tests compile and run, with shapes small enough for PoCL."""
 
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+
 CASES = {
-    "matmul_odd": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
-                   {"A": (37, 53), "B": (53, 29)}),
-    "matmul_64": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
-                  {"A": (64, 48), "B": (48, 64)}),
+    "matmul_odd": (MATMUL, {"A": (37, 53), "B": (53, 29)}),
+    "matmul_64": (MATMUL, {"A": (64, 48), "B": (48, 64)}),
     "matmul_at": ("function (A[K, M], B[K, N]) -> (C) { C[m, n : M, N] = +(A[k, m] * B[k, n]); }",
                   {"A": (19, 33), "B": (19, 40)}),
     "conv_same_relu": (
@@ -14,7 +14,8 @@ CASES = {
         {"D": (2, 9, 7, 8), "K": (3, 3, 6, 8)}),
     "conv_valid": (
         """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
-             O[n, x, y, f : N, X - KX + 1, Y - KY + 1, F] = +(I[n, x + i, y + j, c] * K[i, j, c, f]);
+             O[n, x, y, f : N, X - KX + 1, Y - KY + 1, F] =
+                 +(I[n, x + i, y + j, c] * K[i, j, c, f]);
            }""",
         {"I": (1, 10, 8, 3), "K": (3, 2, 3, 5)}),
     "conv_strided": (
@@ -91,8 +92,7 @@ CASES = {
 
 # Integer programs: inputs are small random integers.
 INT_CASES = {
-    "int_matmul": ("function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
-                   {"A": (9, 13), "B": (13, 7)}),
+    "int_matmul": (MATMUL, {"A": (9, 13), "B": (13, 7)}),
     "int_bitwise": (
         """function (A[N], B[N]) -> (C, D) {
              C = ((A & B) | (A ^ 3)) + (A << 2) - (B >> 1);
