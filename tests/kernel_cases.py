@@ -25,7 +25,8 @@ CASES = {
         {"I": (2, 11, 9, 4), "K": (3, 3, 4, 6)}),
     "conv_dilated": (
         """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
-             O[n, x, y, f : N, X - 4, Y - 4, F] = +(I[n, x + 2*i, y + 2*j, c] * K[i, j, c, f]); }""",
+             O[n, x, y, f : N, X - 4, Y - 4, F] =
+                 +(I[n, x + 2*i, y + 2*j, c] * K[i, j, c, f]); }""",
         {"I": (1, 12, 10, 3), "K": (3, 3, 3, 4)}),
     "depthwise": (
         """function (I[N, X, Y, C], K[KX, KY, C]) -> (O) {
@@ -68,7 +69,8 @@ CASES = {
     "elementwise_chain": (
         """function (A[M, N], B[M, N]) -> (Z) {
              X = tanh(A) * sigmoid(B); Y = max(X, abs(A) - 0.5) + sqrt(abs(B));
-             Z = Y > 0.2 ? exp(Y) : log(abs(A) + 1.0) - floor(B * 3.0) / 3.0 + pow(abs(B), 1.5); }""",
+             Z = Y > 0.2 ? exp(Y)
+                         : log(abs(A) + 1.0) - floor(B * 3.0) / 3.0 + pow(abs(B), 1.5); }""",
         {"A": (9, 13), "B": (9, 13)}),
     "comb_add_max": ("function (A[M], B[N]) -> (O) { O[i, j : M, N] = >(A[i] + B[j]); }",
                      {"A": (7,), "B": (5,)}),
