@@ -112,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list:
-    from . import cli_run
+    from . import cli_explain, cli_run
 
-    return [cli_run.register]
+    return [cli_run.register, cli_explain.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
