@@ -15,7 +15,7 @@ from . import clexpr, ir
 from .flat import FlatContraction
 from .flatten import operand_strides
 from .fuse import ContractionKernel, ElementwiseKernel
-from .schedule import Schedule
+from .schedule import Schedule, constrained
 
 LANES = "0123456789abcdef"
 
@@ -219,6 +219,11 @@ class _Contraction:
             n = f.names[k]
             if self.counts[k] > 1:
                 outer.append({"var": f"r_{n}", "end": f.ranges[k], "step": s.tile[k]})
+        # Constrained indices outermost and the vector index innermost, so that masks are
+        # loop-invariant in the innermost loop and its body is only loads and FMAs.
+        blocked = constrained(f)
+        for k in sorted(self.red_idx, key=lambda k: (k == self.v, k not in blocked, k)):
+            n = f.names[k]
             step = self.W if k == self.v else 1
             inner.append({"var": f"u_{n}", "end": s.tile[k], "step": step,
                           "unroll": s.tile[k] // step <= 8})
@@ -272,6 +277,10 @@ class _Contraction:
         for ci, kind in enumerate(self.cons_kind):
             if kind == "red":
                 out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
+        # A padding constraint of a sum of products can zero the operand it guards instead of
+        # guarding every update: one select per load, and branch-free FMAs.
+        mixed = [ci for ci, kind in enumerate(self.cons_kind) if kind == "mixed"]
+        masked = self.masked_loads(mixed)
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}
         for c in self.points:
@@ -282,7 +291,19 @@ class _Contraction:
                     var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
                     loads[key] = var
                     ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
-                    out.append(f"const {ty} {var} = {self.input_value(i, c)};")
+                    value = self.input_value(i, c)
+                    guards = [self.constraint_text(ci, self.point_env(c))
+                              for ci in masked.get(i, ())]
+                    if guards:
+                        # select() on a lane mask keeps the load unconditional (its address is
+                        # clamped in bounds) where `c ? load : 0` would become a branch.
+                        cond = " && ".join(guards)
+                        if self.W > 1:
+                            itype = _vec("int", self.W)
+                            value = f"select(({ty})(0), {value}, ({itype})(-(int)({cond})))"
+                        else:
+                            value = f"(({cond}) ? {value} : ({ty})(0))"
+                    out.append(f"const {ty} {var} = {value};")
         for j, c in enumerate(self.points):
             vals = []
             for i, t in enumerate(f.inputs):
@@ -290,15 +311,33 @@ class _Contraction:
                                 if t.strides[k] != 0))
                 vals.append(loads[key])
             env = self.point_env(c)
-            mixed = [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
-                     if kind == "mixed"]
+            conds = [self.constraint_text(ci, env) for ci in mixed
+                     if not any(ci in cs for cs in masked.values())]
             update = self.update(f"a_{j}", vals)
             hit = f" hit_{j} = 1;" if self.need_hit else ""
-            if mixed:
-                out.append(f"if ({' && '.join(mixed)}) {{ {update}{hit} }}")
+            if conds:
+                out.append(f"if ({' && '.join(conds)}) {{ {update}{hit} }}")
             else:
                 out.append(update + hit)
         return out
+
+    def masked_loads(self, mixed: list[int]) -> dict[int, tuple[int, ...]]:
+        """Constraints to apply by zeroing an input's loaded value (input -> constraints).
+        Only for a sum of products without hit flags, and only when the input's value already
+        depends on every output index the constraint mentions."""
+        f = self.flat
+        if not mixed or f.agg != "+" or f.comb != "*" or self.need_hit:
+            return {}
+        out: dict[int, list[int]] = {}
+        for ci in mixed:
+            used = {k for k, x in enumerate(f.constraints[ci].coeffs) if x and k in self.out_idx}
+            for i, t in enumerate(f.inputs):
+                if all(t.strides[k] != 0 for k in used):
+                    out.setdefault(i, []).append(ci)
+                    break
+            else:
+                return {}
+        return {i: tuple(cs) for i, cs in out.items()}
 
     def update(self, acc: str, vals: list[str]) -> str:
         f = self.flat

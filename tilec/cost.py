@@ -17,8 +17,11 @@ me = mem_width / es:
     sm > max_mem: "over memory"; or > max_regs: "over regs"; both score -1.
 
 CPU models (`kind = "cpu"`) plan one work-item per tile: the output tile is a register tile of
-explicit float vectors (v = vec_size lanes along the output's unit-stride index u), and the
-reduction indices are walked in chunks of their tile.  Nothing is staged (sm = 0, never over
+explicit float vectors (v lanes along the index u that the code generator vectorises: the
+output's unit-stride index, or else a reduction index every input reads contiguously, when each
+accumulator is a vector summed across lanes at the end; v = the largest power of two up to
+vec_size dividing u's tile and range), and the reduction indices are walked in chunks of their
+tile.  Nothing is staged (sm = 0, never over
 memory); inputs come through LRU caches.  The same `to wg il or mr mw op rp tu` are reported,
 and the score is the product of six ratios, each in (0, 1]:
 
@@ -30,8 +33,8 @@ and the score is the product of six ratios, each in (0, 1]:
   2 load ports, FMA latency 4: fewer than 8 accumulators leave the pipes idle), a chunk adds 8
   cycles of loop overhead and a tile 32 (address set-up, stores).  The ratio is the ideal
   points/(2v) cycles over the modelled total, so ragged edges (tile not dividing range) count.
-* "over regs" when acc + (sum loads - max loads) + 1 > registers (the largest operand set is
-  streamed, the others stay live, plus one broadcast), or or > max_regs.
+* "over regs" when acc + sum loads + 1 > registers (the generated code loads every operand of
+  a reduction step before its FMAs, so all of them are live at once), or or > max_regs.
 * cache_ratio = min(1, L1 budget / mr), L1 budget = max_mem (else l1_bytes): a reduction chunk's
   inputs (mr bytes of cache lines) should stay in L1 while the microkernel walks it (MegEngine's
   Kr = L1/(mr+nr), seed 004).  Together with the chunk overhead this picks the largest chunk
@@ -59,7 +62,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .flat import FlatContraction
-from .layout import layout, merge_stats, output_order, read_plan, thread_split, unit_index
+from .layout import layout, merge_stats, output_order, read_plan, thread_split
+from .schedule import vector_candidates
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -235,14 +239,26 @@ def _cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[st
     for k in output_order(flat):
         out_size *= flat.ranges[k]
     l1 = hw.max_mem if hw.max_mem > 0 else hw.l1_bytes
+    # Vectors run along the index the code generator picks (`schedule.vector_candidates`): the
+    # output's unit-stride index, or a reduction index read contiguously by every input (then
+    # each accumulator is a vector whose lanes are summed at the end: "dot" mode).
+    cands = vector_candidates(flat)
+    u = cands[0] if cands and hw.vec_size > 1 else None
     return dict(sizes=sizes, out_bytes=out_size * es, l1=l1, l2h=hw.l2_bytes // 2,
-                u=unit_index(flat), v=max(1, hw.vec_size))
+                u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices)
+
+
+def _lanes(tile_u: Any, range_u: int, v: int) -> Any:
+    """Lanes the generated code uses: the largest power of two <= v dividing tile and range."""
+    low = np.bitwise_and(tile_u, -np.asarray(tile_u))
+    return np.minimum(np.minimum(low, range_u & -range_u), v)
 
 
 def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: int,
                es: int, me: int, post_inputs: int) -> Cost:
     c = _cpu_consts(flat, hw, es, me)
-    u, v = c["u"], c["v"]
+    u, vmax, dot = c["u"], c["v"], c["dot"]
+    v = int(_lanes(lay.tile[u], flat.ranges[u], vmax)) if u is not None else 1
     outs = lay.out_order
     acc = {k: -(-lay.tile[k] // lay.threads[k]) for k in outs}
     acc_vregs = 1
@@ -258,14 +274,16 @@ def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points:
             n *= (-(-acc[k] // v) if abs(s) == 1 else acc[k]) if k == u else acc[k]
         ops.append(n)
     loads = sum(ops)
-    vregs = acc_vregs + loads - max(ops, default=0) + 1
+    vregs = acc_vregs + loads + 1
     red = 1
     for k in flat.reduce_indices:
         red *= lay.tile[k]
+    if dot:
+        red //= v
     wg, il, mr, mw = base["wg"], base["il"], base["mr"], base["mw"]
     step = max(acc_vregs / FMA_PORTS, loads / LOAD_PORTS, float(FMA_LATENCY))
     item = il * red * step + il * CHUNK_CYCLES + TILE_CYCLES
-    compute = points / (v * FMA_PORTS) / (wg * hw.threads * item)
+    compute = points / (vmax * FMA_PORTS) / (wg * hw.threads * item)
     cache = min(1.0, c["l1"] / mr) if mr > 0 else 1.0
 
     f = lay.group_order[0] if lay.group_order else None
@@ -284,7 +302,7 @@ def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points:
     if (hw.registers > 0 and vregs > hw.registers) or base["or_"] > hw.max_regs:
         return Cost(status="over regs", sm=0, **base)
     fpb, occ, roof_r, occ_r, thr_r, sc = _ratios(base["to"], float(dram), wg, base["tu"], hw)
-    l2_goal = 2.0 * FMA_PORTS * v / hw.mem_width
+    l2_goal = 2.0 * FMA_PORTS * vmax / hw.mem_width
     l2_ratio = min(2.0 * points / l2b, l2_goal) / l2_goal
     sc = compute * cache * l2_ratio * sc
     return Cost(status="ok", sm=0, flops_per_byte=float(fpb), occupancy=float(occ),
@@ -359,8 +377,9 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
               outs: list[int], res: dict, G: np.ndarray, loads: list[np.ndarray], points: int,
               es: int, me: int, post_inputs: int) -> dict[str, np.ndarray]:
     c = _cpu_consts(flat, hw, es, me)
-    u, v = c["u"], c["v"]
+    u, vmax, dot = c["u"], c["v"], c["dot"]
     n = T.shape[0]
+    v = _lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
     vecs = {j: (-(-A[:, j] // v) if kk == u else A[:, j]) for j, kk in enumerate(outs)}
     acc_vregs = np.ones(n, np.int64)
     for j in vecs:
@@ -374,13 +393,14 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
                 o = o * (vecs[j] if (kk == u and abs(s) == 1) else A[:, j])
         ops.append(o)
     nld = sum(ops, np.zeros(n, np.int64))
-    most = np.max(np.stack(ops), axis=0) if ops else np.zeros(n, np.int64)
-    vregs = acc_vregs + nld - most + 1
+    vregs = acc_vregs + nld + 1
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices else 1
+    if dot:
+        red = red // v
     wg, il, mr, mw = res["wg"], res["il"], res["mr"], res["mw"]
     step = np.maximum(np.maximum(acc_vregs / FMA_PORTS, nld / LOAD_PORTS), float(FMA_LATENCY))
     item = il * red * step + il * CHUNK_CYCLES + TILE_CYCLES
-    compute = points / (v * FMA_PORTS) / (wg * hw.threads * item)
+    compute = points / (vmax * FMA_PORTS) / (wg * hw.threads * item)
     cache = np.where(mr > 0, np.minimum(1.0, c["l1"] / np.maximum(mr, 1)), 1.0)
 
     # The fastest-varying group index: the first output index (by stride) with several groups.
@@ -404,7 +424,7 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
                       2, 0)
     fpb, occ, roof_r, occ_r, thr_r, sc = _ratios(res["to"], dram.astype(np.float64), wg,
                                                  res["tu"], hw)
-    l2_goal = 2.0 * FMA_PORTS * v / hw.mem_width
+    l2_goal = 2.0 * FMA_PORTS * vmax / hw.mem_width
     l2_ratio = np.minimum(2.0 * points / l2b, l2_goal) / l2_goal
     sc = compute * cache * l2_ratio * sc
     res.update(sm=np.zeros(n, np.int64), status=status, vregs=vregs, l2_bytes=l2b,
