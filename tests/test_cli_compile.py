@@ -1,0 +1,121 @@
+"""`tilec compile`, `tilec run`, `tilec explain` and `tilec devices` from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tilec.cli import main
+from tilec.errors import DeviceError
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = str(ROOT / "examples" / "seed_conv.tile")
+MATMUL = str(ROOT / "examples" / "matmul.tile")
+
+try:
+    from tilec.runtime import choose_device
+
+    choose_device()
+    HAVE_DEVICE = True
+except DeviceError:
+    HAVE_DEVICE = False
+
+device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+
+
+def test_explain_seed_tile_reproduces_the_seed(capsys):
+    rc = main(["explain", SEED, "--hw", "seed-example", "--tile",
+               "ci=8,co=32,i=2,j=3,n=16,x=2,y=2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "off                   0    -14400         0" in out
+    assert "0 <= i + x - 1 < 224" in out and "0 <= j + y - 1 < 224" in out
+    assert ("Compute score: to=236760072192 wg=50176 il=16 sm=12648 or=8192 mr=12288 mw=8192 "
+            "op=256 rp=0 tu=256") in out
+    assert "flops_per_byte=23.04 occupancy=20" in out
+    for row in (" i_x         3     14336         1", " j_y         4        64       393",
+                "  ci         8         1        49", "   n        16   3211264         3",
+                " j_i         6      4096       265", "  ci         8         1        33",
+                "  co        32        64         1"):
+        assert row in out
+    assert "256 threads, 2048 outputs, 8 accumulators each" in out
+
+
+def test_explain_search_and_cost_log(tmp_path, capsys):
+    log = tmp_path / "log.jsonl"
+    rc = main(["explain", SEED, "--hw", "seed-example", "--top", "3", "--cost-log", str(log)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "search scored" in out and "over memory" in out
+    assert out.count("Computing cost for tile size:") == 3
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 3
+    assert all(r["version"] == 1 and set(r["tile"]) == {"ci", "co", "i", "j", "n", "x", "y"}
+               for r in records)
+    assert records[0]["score"] == 1
+
+
+def test_explain_bad_tile_is_a_clear_error(capsys):
+    rc = main(["explain", SEED, "--hw", "seed-example", "--tile", "q=3"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "unknown index 'q'" in err
+
+
+@device
+def test_compile_writes_source_and_manifest(tmp_path, capsys):
+    cl, man = tmp_path / "mm.cl", tmp_path / "mm.json"
+    rc = main(["compile", MATMUL, "--shape", "A=37x53", "--shape", "B=53x29", "-o", str(cl),
+               "--manifest", str(man)])
+    assert rc == 0
+    text = cl.read_text()
+    assert "__kernel" in text and "contract_C" in text and "C[m, n : M, N]" in text
+    m = json.loads(man.read_text())
+    assert m["inputs"] == ["A", "B"] and m["outputs"] == ["C"]
+    (k,) = m["kernels"]
+    assert k["name"] == "contract_C" and [a["tensor"] for a in k["args"]] == ["A", "B", "C"]
+    assert k["args"][2]["access"] == "write" and k["args"][2]["elements"] == 37 * 29
+    assert {b["tensor"]: b["bytes"] for b in m["buffers"]} == {"A": 37 * 53 * 4,
+                                                               "B": 53 * 29 * 4,
+                                                               "C": 37 * 29 * 4}
+    assert k["global_size"][0] % k["local_size"][0] == 0
+
+
+@device
+def test_run_validates(capsys):
+    rc = main(["run", str(ROOT / "examples" / "softmax.tile"), "--shape", "X=9x100",
+               "--validate", "--repeat", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "validation: ok" in out
+    assert "contract_M" in out and "elementwise_Y" in out
+
+
+@device
+def test_run_with_inputs_and_save(tmp_path, capsys):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (5, 7)).astype(np.float32)
+    b = rng.uniform(-1, 1, (7, 3)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    rc = main(["run", MATMUL, "--input", f"A={tmp_path / 'a.npy'}", "--input",
+               f"B={tmp_path / 'b.npy'}", "--save", str(tmp_path / "out"), "--validate"])
+    assert rc == 0
+    c = np.load(tmp_path / "out" / "C.npy")
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@device
+def test_unknown_device_is_a_clear_error(capsys):
+    rc = main(["run", MATMUL, "--device", "no-such-device-xyz"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "no OpenCL device matches 'no-such-device-xyz'" in err
+
+
+@device
+def test_devices_lists_models(capsys):
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "cost model: threads" in out

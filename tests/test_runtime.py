@@ -1,0 +1,55 @@
+"""Device errors a user can meet are TileErrors that say what to do."""
+
+from __future__ import annotations
+
+import pytest
+
+import tilec
+from tilec.errors import BuildError, DeviceError, TileError
+
+try:
+    from tilec.runtime import Runtime, choose_device
+
+    choose_device()
+    HAVE_DEVICE = True
+except DeviceError:
+    HAVE_DEVICE = False
+
+pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+
+
+def test_build_error_shows_log_and_generated_line():
+    rt = Runtime.get(None)
+    src = "__kernel void k(__global float* a) {\n    a[0] = undefined_name + 1.0f;\n}\n"
+    with pytest.raises(BuildError) as e:
+        rt.build(src)
+    text = str(e.value)
+    assert "rejected a generated kernel" in text
+    assert "undefined_name" in text
+
+
+def test_buffer_larger_than_device_refused_before_allocation():
+    rt = Runtime.get(None)
+    n = int(rt.max_alloc // 4) + 1024
+    src = "function (A[N]) -> (B) { B = A * 2; }"
+    with pytest.raises(DeviceError, match="needs .* bytes, more than one allocation"):
+        tilec.compile(src, {"A": (n,)})
+
+
+def test_wrong_input_shape_at_call():
+    exe = tilec.compile("function (A[N]) -> (B) { B = A * 2; }", {"A": (8,)})
+    import numpy as np
+
+    with pytest.raises(TileError, match="compiled for \\[8\\]"):
+        exe(A=np.ones(9, np.float32))
+    with pytest.raises(TileError, match="no array given for input A"):
+        exe()
+
+
+def test_validate_flag_checks_every_call():
+    import numpy as np
+
+    exe = tilec.compile("function (A[N]) -> (B) { B = exp(A) * 2; }", {"A": (64,)},
+                        validate=True)
+    exe(A=np.linspace(-1, 1, 64, dtype=np.float32))
+    assert exe.last_validation is not None and exe.last_validation.ok
