@@ -15,7 +15,8 @@ import numpy as np
 from . import ir
 from .api import check_program
 from .check import normalize_dtype
-from .codegen import KernelSource, contraction_source, elementwise_source, init_source
+from .codegen import KernelSource, contraction_source
+from .codegen_ew import elementwise_source, init_source
 from .config import Config
 from .errors import Source, TileError, ValidationError
 from .fuse import ContractionKernel, KernelPlan, plan_kernels
