@@ -439,7 +439,10 @@ def _derive(device: Any) -> HwModel:
     threads = _floor_pow2(min(256, wg)) if wg > 0 else 256
     return HwModel(
         kind="gpu", threads=threads, max_mem=local // 2 if local > 1 else 16384,
-        max_regs=16384, goal_flops_per_byte=50.0,
+        # 64 fp32 accumulators a thread on desktop-class GPUs (measured on an H200: 64x1 beat
+        # the 16 a thread of PlaidML's generic setting by 1.4x on a 4096 matmul); 16 on small
+        # GPUs, whose register files are a fraction of the size.
+        max_regs=threads * 64 * 4 if cus >= 16 else 16384, goal_flops_per_byte=50.0,
         staging="global" if emulated_local or local == 0 else "local",
         vec_size=max(4, _clamp_vec(pref)), l2_bytes=cache, **common,
     )

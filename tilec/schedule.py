@@ -4,6 +4,7 @@ indices with the padded local layout from `layout`)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from .flat import FlatContraction
@@ -106,17 +107,58 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                 vec_index, lanes = k, w
                 break
     budget = hw.threads if threads is None else threads
-    th = [1] * len(tile)
-    order = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
-    for k in order:
-        units = tile[k] // lanes if k == vec_index else tile[k]
-        t = _pow2_divisor(units, budget)
-        th[k] = t
-        budget //= t
+    th = split_threads(flat, tile, budget, vec_index, lanes)
     use_local = (staging or hw.staging) == "local"
     staged = tuple(stage_input(flat, tuple(tile), i) if use_local else None
                    for i in range(len(flat.inputs)))
     return Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
+
+
+def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
+                  vec_index: int | None, lanes: int) -> list[int]:
+    """Threads per output index (powers of two dividing each index's units).
+
+    Most threads first (they hide latency); then the split whose register tile needs the
+    fewest operand loads per FMA (a square-ish tile: for a matmul 8x8 beats 32x2); then more
+    threads on the output's lowest-stride index, so neighbouring threads store neighbouring
+    elements."""
+    outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
+    units = {k: tile[k] // lanes if k == vec_index else tile[k] for k in outs}
+    options = [_pow2s(units[k], budget) for k in outs]
+    best, best_key = None, None
+    for combo in itertools.product(*options):
+        total = 1
+        for t in combo:
+            total *= t
+        if total > budget:
+            continue
+        acc = {k: units[k] // t for k, t in zip(outs, combo, strict=True)}
+        fmas = 1
+        for a in acc.values():
+            fmas *= a
+        loads = 0
+        for t_in in flat.inputs:
+            n = 1
+            for k in outs:
+                if t_in.strides[k] != 0:
+                    n *= acc[k]
+            loads += n
+        key = (-total, loads / fmas, -(combo[0] if combo else 1))
+        if best_key is None or key < best_key:
+            best, best_key = combo, key
+    th = [1] * len(tile)
+    for k, t in zip(outs, best or (), strict=False):
+        th[k] = t
+    return th
+
+
+def _pow2s(n: int, cap: int) -> list[int]:
+    """Powers of two up to cap that divide n."""
+    out, t = [], 1
+    while t <= cap and n % t == 0:
+        out.append(t)
+        t *= 2
+    return out
 
 
 def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int) -> Staged:
