@@ -86,7 +86,7 @@ def main() -> int:
                                                args.repeat, args.hw)
         a = torch.from_numpy(arrays["A"]).cuda()
         b = torch.from_numpy(arrays["B"]).cuda()
-        tt = torch_time(lambda: a @ b, args.repeat)
+        tt = torch_time(lambda a=a, b=b: a @ b, args.repeat)
         fl = 2 * size ** 3
         print(f"| matmul {size} fp32 | {fl / secs * 1e-12:.2f} | {fl / tt * 1e-12:.2f} | "
               f"{tt / secs:.2f} | {secs * 1e3:.3f} | {tt * 1e3:.3f} | {tiles} | {comp:.2f} |",

@@ -77,7 +77,7 @@ def cpu_suite(repeat: int, device: str | None) -> list[dict]:
         shapes = {"A": (size, size), "B": (size, size)}
         secs, flops, tiles, comp, arrays, _ = tilec_case(MATMUL, shapes, repeat, device)
         a, b = arrays["A"], arrays["B"]
-        np_secs = median_time(lambda: a @ b, repeat)
+        np_secs = median_time(lambda a=a, b=b: a @ b, repeat)
         rows.append(dict(kernel=f"matmul {size}^3 fp32", tilec=flops / secs * 1e-9,
                          peer="numpy (OpenBLAS)", peer_gflops=flops / np_secs * 1e-9,
                          tilec_ms=secs * 1e3, peer_ms=np_secs * 1e3, tile=tiles,
