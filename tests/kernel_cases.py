@@ -101,3 +101,77 @@ INT_CASES = {
              D = (A > B) && !(A == 0) || (B < -4); }""",
         {"A": (33,), "B": (33,)}),
 }
+
+
+# Transposed and strided-output convolutions: the reduce and defract rewrites (issue 9) ----------
+
+def conv_transpose_nhwc(strides: tuple[int, ...], pads: tuple[int, ...] | None = None,
+                        output_padding: tuple[int, ...] | None = None,
+                        dilations: tuple[int, ...] | None = None) -> str:
+    """Tile text of ONNX ConvTranspose (group 1) in NHWC, kernel laid out [K0.., CI, CO]:
+    out[x] = sum over k, ci of in[(x + pad_begin - dilation * k) / stride] * w[k], at the points
+    where that index is an integer.  `pads` is ONNX's (begins.., ends..).  Output size per
+    dimension: (X - 1) * stride + dilation * (K - 1) + 1 - pad_begin - pad_end + output_padding.
+    """
+    r = len(strides)
+    pads = pads or (0,) * (2 * r)
+    output_padding = output_padding or (0,) * r
+    dilations = dilations or (1,) * r
+    xs, ks = [f"x{d}" for d in range(r)], [f"k{d}" for d in range(r)]
+    sizes = [f"(X{d} - 1) * {strides[d]} + {dilations[d]} * (K{d} - 1) + 1 - {pads[d]} - "
+             f"{pads[r + d]} + {output_padding[d]}" for d in range(r)]
+    reads = [f"({xs[d]} + {pads[d]} - {dilations[d]} * {ks[d]}) / {strides[d]}"
+             for d in range(r)]
+    dims = ", ".join(f"X{d}" for d in range(r))
+    kdims = ", ".join(f"K{d}" for d in range(r))
+    return (f"function (I[N, {dims}, CI], K[{kdims}, CI, CO]) -> (O) {{\n"
+            f"  O[n, {', '.join(xs)}, co : N, {', '.join(sizes)}, CO] =\n"
+            f"      +(I[n, {', '.join(reads)}, ci] * K[{', '.join(ks)}, ci, co]);\n}}")
+
+
+TRANSPOSED_CASES = {
+    "convt1d_s2": (conv_transpose_nhwc((2,)), {"I": (2, 7, 3), "K": (3, 3, 4)}),
+    "convt1d_s3_pad_outpad": (conv_transpose_nhwc((3,), (1, 2), (1,)),
+                              {"I": (1, 6, 2), "K": (4, 2, 3)}),
+    "convt2d_s2": (conv_transpose_nhwc((2, 2)), {"I": (1, 5, 4, 3), "K": (3, 3, 3, 4)}),
+    "convt2d_s2_pad_outpad": (conv_transpose_nhwc((2, 2), (1, 1, 1, 1), (1, 1)),
+                              {"I": (2, 4, 5, 3), "K": (3, 3, 3, 5)}),
+    "convt2d_s3_pad_outpad": (conv_transpose_nhwc((3, 3), (1, 0, 2, 1), (2, 1)),
+                              {"I": (1, 4, 3, 2), "K": (4, 3, 2, 3)}),
+    "convt2d_s3x2_dilated": (conv_transpose_nhwc((3, 2), (0, 1, 0, 1), (0, 1), (2, 1)),
+                             {"I": (1, 3, 4, 2), "K": (2, 3, 2, 3)}),
+    # Kernel 4, stride 2, pad 1 doubles the size: a dense output, so bias and ReLU fuse.
+    "convt2d_s2_bias_relu_fused": (
+        """function (I[N, X, Y, CI], K[KX, KY, CI, CO], B[CO]) -> (R) {
+             O[n, x, y, co : N, 2*X, 2*Y, CO] =
+                 +(I[n, (x + 1 - i)/2, (y + 1 - j)/2, ci] * K[i, j, ci, co]);
+             R = relu(O + B); }""",
+        {"I": (1, 4, 3, 3), "K": (4, 4, 3, 4), "B": (4,)}),
+    # The scatter form: each input pixel adds a kernel-sized patch (reduce, then defract).
+    "convt2d_scatter_bias_relu": (
+        """function (I[N, X, Y, CI], K[KX, KY, CI, CO], B[CO]) -> (R) {
+             O[n, 2*x + i, 2*y + j, co : N, 2*X + 1, 2*Y + 1, CO] =
+                 +(I[n, x, y, ci] * K[i, j, ci, co]);
+             R = relu(O + B); }""",
+        {"I": (1, 4, 3, 3), "K": (3, 3, 3, 4), "B": (4,)}),
+    "repeat": ("function (I[N]) -> (O) { O[3 * n + k : 3 * N] = =(I[n]), k < 3; }",
+               {"I": (7,)}),
+    "repeat_no_defract": (
+        "function (I[N]) -> (O) { O[3 * n + k : 3 * N] = =(I[n]), k < 3 no_defract; }",
+        {"I": (7,)}),
+    "upsample2d_nearest": (
+        """function (I[N, X, Y, C]) -> (O) {
+             O[n, 2*x + i, 3*y + j, c : N, 2*X, 3*Y, C] = =(I[n, x, y, c]), i < 2, j < 3; }""",
+        {"I": (2, 3, 4, 5)}),
+    "scatter_overlap_add": (
+        "function (A[N, W]) -> (O) { O[2*i + j : 2*N + 2] = +(A[i, j]); }", {"A": (6, 4)}),
+    "subpixel_conv": (
+        """function (I[N, X, Y, C], K[KX, KY, C, F]) -> (O) {
+             T[n, x, y, f : N, X, Y, F] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]);
+             O[n, 2*x + a, 2*y + b, co : N, 2*X, 2*Y, 3] =
+                 =(T[n, x, y, 6*a + 3*b + co]), a < 2, b < 2, co < 3; }""",
+        {"I": (1, 4, 5, 3), "K": (3, 3, 3, 12)}),
+    "output_fraction": (
+        "function (I[X, C]) -> (O) { O[x / 2, c : X / 2, C] = >(I[x, c]); }", {"I": (9, 4)}),
+}
+CASES.update(TRANSPOSED_CASES)

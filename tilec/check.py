@@ -227,13 +227,23 @@ class _Checker:
             for p, n in zip(out_idx, sizes, strict=True):
                 bounds_in.append((p, 0, n - 1))
         box = propagate(bounds_in, names)
+        # Fix (fuzz): `propagate` stops at the first empty interval, so indices it had not
+        # reached yet looked undetermined and were blamed instead of the empty one, depending on
+        # statement order.  Whether an index is determined is structural; an empty range is
+        # left to flatten (the reference evaluates such a statement to its default).
+        empty = [n for n in sorted(names) if box[n][0] > box[n][1]]
+        determined = _determined(bounds_in) if empty else names
         for n in sorted(names):
             lo, hi = box[n]
-            if not (math.isfinite(lo) and math.isfinite(hi)):
+            if n not in determined or not (empty or math.isfinite(lo) and math.isfinite(hi)):
                 raise self.err(f"nothing determines the range of index {n!r} (expected it in "
                                "an input access or a constraint such as "
                                f"`, {n} < 3`)", c.output.span)
         if sizes is None:
+            if any(not math.isfinite(x) for n in names for x in box[n]):
+                raise self.err(f"index {empty[0]!r} has an empty range: no integer value "
+                               "satisfies every access and constraint, so the output sizes "
+                               "cannot be inferred (give them after ':')", c.output.span)
             inferred = []
             for p in out_idx:
                 hi = p.const + sum(max(v * box[k][0], v * box[k][1]) for k, v in p.terms)
@@ -269,6 +279,12 @@ class _Checker:
     def expr(self, e: ast.Expr) -> tuple[ir.Expr, bool]:
         """The typed expression and whether its type is weak (built only from literals)."""
         if isinstance(e, ast.Num):
+            # Fix (fuzz): a literal past int32 reached the reference (OverflowError) and the
+            # kernel text (a C `long`) unchecked.
+            if not e.is_float and not -2**31 <= e.value < 2**31:
+                raise self.err(f"the integer {e.value} does not fit in int32 (expected "
+                               f"{-2**31} .. {2**31 - 1}; write {e.value}.0 for a float)",
+                               e.span)
             return ir.Const(e.value, "float32" if e.is_float else "int32"), True
         if isinstance(e, ast.Name):
             if e.id in self.tensors:
@@ -359,6 +375,21 @@ class _Checker:
 
 
 _BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _determined(bounds: Sequence[tuple[ir.Poly, int, int]]) -> set[str]:
+    """Indices that bounds determine: those alone in a polynomial, then, in turn, those whose
+    polynomial's other indices are all determined (what interval propagation finds)."""
+    known: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for p, _, _ in bounds:
+            free = set(p.indices) - known
+            if len(free) == 1:
+                known |= free
+                changed = True
+    return known
 
 
 def _shape(x: ir.Expr) -> tuple[int, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +12,13 @@ import numpy as np
 
 from .errors import Source, TileError
 from .source import default_shapes, parse_shape, read_source
+
+
+def cache_settings() -> dict[str, Path]:
+    """Config fields from the environment.  The one place tilec reads TILEC_CACHE_DIR: library
+    stages get it through `Config.cache_dir`."""
+    root = os.environ.get("TILEC_CACHE_DIR")
+    return {"cache_dir": Path(root).expanduser()} if root else {}
 
 
 def _shapes(args: argparse.Namespace, source: Source) -> dict[str, tuple[int, ...]]:
@@ -112,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list:
-    from . import cli_explain, cli_run
+    from . import cli_cache, cli_explain, cli_graph, cli_run, cli_tune
 
-    return [cli_run.register, cli_explain.register]
+    return [cli_run.register, cli_explain.register, cli_cache.register, cli_tune.register,
+            cli_graph.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,6 +41,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
                        + f" ({k.post_op_count} operations)")
         out.append(f"   writes: {', '.join(k.writes)}; output map: {k.out_map}")
         out.append("")
+        out += _rewrites(program, k.op)
         out.append(describe(k.flat))
         out.append("")
         forced = tiles.get(k.op.output) or tiles.get(k.name) or tiles.get("*")
@@ -83,6 +84,19 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         write_log(logs, cost_log)
         out.append(f"cost log written to {cost_log}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _rewrites(program, op) -> list[str]:
+    """The index tables before and after reduce and defract, when the statement needed them."""
+    from .defract import describe_steps, rewrite
+
+    original = program.producer(op.output)
+    if original.no_defract:
+        return ["no_defract: the reduce and defract rewrites are off", ""]
+    steps = rewrite(original, program.tensors, source=program.source)
+    if not steps:
+        return []
+    return ["Rewrites before flattening:", describe_steps(original, steps, program.tensors), ""]
 
 
 def _points(s) -> list:

@@ -31,9 +31,14 @@ def parse_tiles(specs: list[str] | None) -> dict[str, dict[str, int]]:
 
 
 def make_config(args: argparse.Namespace) -> Config:
+    from .cli import cache_settings
+
     tiles = parse_tiles(getattr(args, "tile", None))
+    records = getattr(args, "records", None)
     return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
-                  tiles=tiles)
+                  tiles=tiles, **cache_settings(),
+                  records_path=Path(records) if records else None,
+                  use_tuning_records=not getattr(args, "no_records", False))
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -43,6 +48,10 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     "(derived from the device; the default)")
     sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
                     help="force a tile instead of searching")
+    sp.add_argument("--records", metavar="FILE.jsonl", help="tuning records to use (default: "
+                    "tuning.jsonl in the cache directory)")
+    sp.add_argument("--no-records", action="store_true",
+                    help="ignore tuning records: use the cost model's choices")
 
 
 def _compile(args: argparse.Namespace, src):
@@ -87,6 +96,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.manifest:
         Path(args.manifest).write_text(json.dumps(manifest(exe), indent=2) + "\n")
         print(f"wrote {args.manifest}")
+    if args.bundle:
+        from .bundle import write_bundle
+
+        info = write_bundle(exe, args.bundle)
+        print(f"wrote {args.bundle} ({info})")
     return 0
 
 
@@ -112,7 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         total += t
         rate = f"{k.flops / t * 1e-9:10.2f} GFLOP/s" if t > 0 and k.flops else ""
         tile = " ".join(f"{n}={v}" for n, v in k.tile.items())
-        print(f"  {k.name:<24} {t * 1e3:10.3f} ms {rate}  {tile}")
+        tuned = "  (tuned)" if k.name in exe.tuned else ""
+        print(f"  {k.name:<24} {t * 1e3:10.3f} ms {rate}  {tile}{tuned}")
     print(f"  {'total':<24} {total * 1e3:10.3f} ms (median of {args.repeat})")
     if args.validate:
         v = exe.check(exe._inputs(arrays), outs)
@@ -152,6 +167,8 @@ def register(sub, common) -> None:
     add_device_options(sp)
     sp.add_argument("-o", "--output", help="the .cl file to write (default: FILE.cl)")
     sp.add_argument("--manifest", help="also write a JSON manifest of kernels and buffers")
+    sp.add_argument("--bundle", metavar="OUT.tlc", help="also write one file with the "
+                    "kernels, the device binary and the tuning records (tilec.load runs it)")
     sp.set_defaults(fn=cmd_compile)
 
     sp = sub.add_parser("run", help="compile, run and time a program on a device")

@@ -21,6 +21,7 @@ from .config import Config
 from .errors import Source, TileError, ValidationError
 from .fuse import ContractionKernel, KernelPlan, plan_kernels
 from .hw import HwModel
+from .records import TuneRecord, with_local_size
 from .runtime import Runtime, event_seconds
 from .schedule import make_schedule
 
@@ -80,27 +81,64 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
 
 
 def generate(plan: KernelPlan, hw: HwModel, config: Config,
-             tiles: Mapping[str, tuple[int, ...]] | None = None
+             tiles: Mapping[str, tuple[int, ...]] | None = None,
+             tuned: Mapping[str, TuneRecord] | None = None
              ) -> tuple[list[KernelSource], dict[str, object]]:
-    """Kernel sources in launch order, and the search result of each contraction."""
+    """Kernel sources in launch order, and the search result of each contraction.  `tuned`
+    (kernel name -> tuning record) replaces the search's first choice; a tile forced by the
+    config still wins over a record."""
     sources: list[KernelSource] = []
     searches: dict[str, object] = {}
     for k in plan.kernels:
         if isinstance(k, ContractionKernel):
             dtype = plan.program.tensors[k.op.output].dtype
+            threads = config.threads
             if tiles and k.name in tiles:
                 tile, lines, result = tiles[k.name], [], None
+            elif (rec := _record_choice(k, hw, config, dtype, tuned)) is not None:
+                tile, lines, threads = rec
+                result = None
             else:
                 tile, lines, result = plan_tile(k, hw, config, dtype)
             searches[k.name] = result
             sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
-                                  staging=config.staging, threads=config.threads)
+                                  staging=config.staging, threads=threads)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines))
         else:
-            sources.append(elementwise_source(k, plan.program))
+            src = elementwise_source(k, plan.program)
+            if tuned and k.name in tuned:
+                src = with_local_size(src, tuned[k.name].local_size)
+            sources.append(src)
     return sources, searches
+
+
+def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,
+                   tuned: Mapping[str, TuneRecord] | None):
+    """(tile, cost lines, threads) from a tuning record, or None to search as usual."""
+    from .search import score_tile
+
+    found = _record_tile(k, config, tuned)
+    if found is None:
+        return None
+    rec, tile = found
+    cost = score_tile(k.flat, hw, tile, post_ops=k.post_op_count, dtype=dtype)
+    note = (f"tuned: measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
+            + (f" (threads {rec.threads})" if rec.threads else ""))
+    threads = config.threads if config.threads is not None else rec.threads
+    return tile, [note] + cost.log_text().splitlines(), threads
+
+
+def _record_tile(k: ContractionKernel, config: Config,
+                 tuned: Mapping[str, TuneRecord] | None):
+    rec = tuned.get(k.name) if tuned else None
+    forced = (config.tiles.get(k.name) or config.tiles.get(k.op.output)
+              or config.tiles.get("*"))
+    if rec is None or forced is not None:
+        return None
+    tile = rec.tile_for(k.flat.names, k.flat.ranges)
+    return None if tile is None else (rec, tile)
 
 
 class Executable:
@@ -108,7 +146,8 @@ class Executable:
 
     def __init__(self, program: ir.Program, plan: KernelPlan, sources: list[KernelSource],
                  runtime: Runtime, hw: HwModel, config: Config, *, validate: bool = False,
-                 searches: dict | None = None, built=None):
+                 searches: dict | None = None, built=None,
+                 tuned: Mapping[str, TuneRecord] | None = None):
         self.program = program
         self.plan = plan
         self.sources = sources
@@ -117,6 +156,7 @@ class Executable:
         self.config = config
         self.validate = validate
         self.searches = searches or {}
+        self.tuned: dict[str, TuneRecord] = dict(tuned or {})  # kernels chosen by a record
         self.source = "\n".join(s.text for s in sources)
         self.kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
                                    s.flops, tuple(a.tensor for a in s.args)) for s in sources]
@@ -128,8 +168,8 @@ class Executable:
         runtime.check_sizes(sizes)
         self._sizes = sizes
         self._cl_program = built if built is not None else runtime.build(
-            self.source, config.build_options)
-        self._kernels = {s.name: getattr(self._cl_program, s.name) for s in sources}
+            self.source, config.build_options, config)
+        self._kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
         self._buffers: dict[str, object] = {}
 
     @property
@@ -267,9 +307,20 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     plan = plan_kernels(program)
     runtime = Runtime.get(config.device)
     model = _hw_for(hw, config, runtime)
-    sources, searches = generate(plan, model, config)
+    tuned = _lookup_records(plan, model, config, runtime)
+    sources, searches = generate(plan, model, config, tuned=tuned)
     return Executable(program, plan, sources, runtime, model, config, validate=validate,
-                      searches=searches)
+                      searches=searches, tuned=tuned)
+
+
+def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,
+                    runtime: Runtime) -> dict[str, TuneRecord]:
+    from .records import DeviceKey, lookup
+
+    found = lookup(plan, model, config, DeviceKey.from_info(runtime.info))
+    # Only records that will be used: a forced tile wins, a stale tile is ignored.
+    return {k.name: found[k.name] for k in plan.kernels if k.name in found and (
+        not isinstance(k, ContractionKernel) or _record_tile(k, config, found) is not None)}
 
 
 __all__ = ["compile", "Executable", "KernelInfo", "Validation", "compare"]

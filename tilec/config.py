@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DEFAULT_CACHE_MAX_BYTES = 256 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Config:
@@ -18,8 +20,17 @@ class Config:
     staging: str | None = None  # None = the hardware model's; "local" or "global"
     threads: int | None = None  # None = the hardware model's
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
-    cache_dir: Path | None = None  # on-disk program cache; None = the user cache directory
+    # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.
+    # The CLI fills it from TILEC_CACHE_DIR; library code never reads the environment.
+    cache_dir: Path | None = None
     use_disk_cache: bool = True
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES  # least recently used entries go past this
+    # Drivers that keep a build cache of their own (PoCL, NVIDIA's) gain nothing from a second
+    # one, and PoCL compiles every kernel again (seconds) to hand a binary out; True keeps their
+    # binaries anyway (tests, benchmarks).
+    disk_cache_all_drivers: bool = False
     use_tuning_records: bool = True
+    # Tuning records (JSON lines); None = cache_dir/tuning.jsonl, or the user cache directory's.
+    records_path: Path | None = None
     rtol: float = 1e-3
     atol: float = 1e-4

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from .cache import ProgramCache
+from .config import Config
 from .errors import BuildError, DeviceError
 
 NO_PLATFORM = ('no OpenCL platform was found; install the embedded CPU device with '
@@ -128,6 +132,10 @@ class Runtime:
         self.max_alloc = int(device.max_mem_alloc_size)
         self.global_mem = int(device.global_mem_size)
         self.max_wg = int(device.max_work_group_size)
+        self.driver_caches_builds = _driver_caches_builds(device)
+        self._caches: dict[tuple, ProgramCache] = {}
+        self._caches_lock = threading.Lock()
+        self.cache = self.cache_for(None)
 
     @staticmethod
     @functools.cache
@@ -135,16 +143,62 @@ class Runtime:
         """One runtime per device spec per process (contexts are expensive)."""
         return Runtime(choose_device(spec))
 
-    def build(self, source: str, options: tuple[str, ...] = ()):
+    def cache_for(self, config: Config | None) -> ProgramCache:
+        """The program cache with `config`'s settings (the default settings without one).
+        One per distinct setting, so that a program found in memory is one that the same
+        disk cache would have produced; `cache` is the default settings' one."""
+        config = config or Config()
+        settings = (config.cache_dir, config.use_disk_cache, config.cache_max_bytes,
+                    config.disk_cache_all_drivers)
+        with self._caches_lock:
+            if settings not in self._caches:
+                self._caches[settings] = ProgramCache.for_config(config)
+            return self._caches[settings]
+
+    def build(self, source: str, options: Sequence[str] = (), config: Config | None = None):
+        """A built program, through the program cache of `config`: reused in process, loaded
+        from disk, or built from source (`BuildError` with the log when the source is bad)."""
+        return self.cache_for(config).program(self, source, tuple(options))
+
+    def build_source(self, source: str, options: Sequence[str] = ()):
+        """Build from source, bypassing every cache."""
         cl = self.cl
         prg = cl.Program(self.context, source)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return prg.build(options=list(options))
+                # cache_dir=False: tilec's cache replaces pyopencl's (which would write to
+                # ~/.cache/pyopencl and cannot tell a corrupt binary).
+                return prg.build(options=list(options), cache_dir=False)
         except cl.RuntimeError as e:
             log = _build_log(prg, self.device) or str(e)
             raise BuildError(_explain_build(log, source)) from None
+
+    def build_binary(self, binary: bytes, options: Sequence[str] = ()):
+        """Load a binary this device produced; `BuildError` if the driver refuses it.  Only
+        verified bytes may come here: drivers crash on some corrupt binaries."""
+        cl = self.cl
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cl.Program(self.context, [self.device], [binary]).build(
+                    options=list(options))
+        except (cl.Error, RuntimeError) as e:
+            raise BuildError(f"{self.info.label} refused a program binary: {e}") from None
+
+    def binary_of(self, program) -> bytes | None:
+        """The device binary of a built program (None where the driver gives none).  Not free:
+        PoCL compiles every kernel of the program again to produce it (seconds for a big one)."""
+        try:
+            binaries = program.get_info(self.cl.program_info.BINARIES)
+        except (self.cl.Error, RuntimeError):
+            return None
+        return bytes(binaries[0]) if binaries and binaries[0] else None
+
+    def kernel(self, program, name: str):
+        # cl.Kernel rather than getattr: programs are shared between executables through the
+        # cache, and pyopencl warns when one program's kernel is fetched by name twice.
+        return self.cl.Kernel(program, name)
 
     def check_sizes(self, sizes: dict[str, int]) -> None:
         """Refuse buffers the device cannot hold before anything is allocated."""
@@ -190,6 +244,17 @@ class Runtime:
 
     def finish(self) -> None:
         self.queue.finish()
+
+
+def _driver_caches_builds(device) -> bool:
+    """Whether the driver keeps built programs across processes by itself (pyopencl's list:
+    PoCL and NVIDIA's do)."""
+    try:
+        from pyopencl.characterize import has_src_build_cache
+
+        return has_src_build_cache(device) is True
+    except Exception:  # noqa: BLE001 - unknown means no: tilec's cache then does the work
+        return False
 
 
 def event_seconds(event) -> float:

@@ -1,0 +1,127 @@
+"""ONNX's backend test cases for the ops tilec imports: the node cases (built in memory by the
+onnx package) and the pytorch-converted / pytorch-operator models shipped with it."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilec.errors import TileError
+
+# Cases that raise a TileError on purpose: the attribute, output or shape is not supported.
+UNSUPPORTED = {
+    "test_batchnorm_example_training_mode": "training_mode=1",
+    "test_batchnorm_epsilon_training_mode": "training_mode=1",
+    "test_maxpool_with_argmax_2d_precomputed_pads": "Indices output",
+    "test_maxpool_with_argmax_2d_precomputed_strides": "Indices output",
+    "test_identity_sequence": "only tensors",
+    "test_identity_opt": "only tensors",
+    "test_reduce_max_empty_set": "sizes must be positive",
+    "test_reduce_max_empty_set_bool": "sizes must be positive",
+    "test_reduce_sum_empty_set": "sizes must be positive",
+    "test_reduce_sum_empty_set_non_reduced_axis_zero": "sizes must be positive",
+    "test_reduce_sum_square_empty_set_expanded": "sizes must be positive",
+    "test_reshape_allowzero_reordered": "sizes must be positive",
+}
+
+# The node-case modules of the supported ops that build quickly; the pooling modules run
+# ONNX's slow reference implementation at import (seconds), so they are in the full set only.
+QUICK_MODULES = ("relu", "conv", "gemm", "batch_normalization", "softmax", "reshape", "concat",
+                 "reducemean", "reducesum", "reducemax", "clip", "matmul", "transpose",
+                 "flatten", "leakyrelu", "add", "sub", "mul", "div", "sigmoid", "tanh",
+                 "globalaveragepool", "identity", "constant")
+
+
+@dataclass
+class Case:
+    name: str
+    model: object
+    data_sets: list  # [(inputs, outputs)]
+    rtol: float = 1e-3
+    atol: float = 1e-7
+
+
+def _supported(model) -> bool:
+    import tilec.onnx as tonnx
+
+    return not tonnx.unsupported_ops(model)
+
+
+def node_cases(full: bool) -> list[Case]:
+    """Every node case (full) or those of QUICK_MODULES, whose ops are all supported."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the case builders warn about their own numpy maths
+        if full:
+            from onnx.backend.test.case.node import collect_testcases
+
+            found = collect_testcases(None)
+        else:
+            import onnx.backend.test.case.node as node
+
+            for m in QUICK_MODULES:
+                try:
+                    importlib.import_module(f"onnx.backend.test.case.node.{m}")
+                except ImportError:  # renamed in another onnx version
+                    continue
+            found = node._NodeTestCases
+    out = {c.name: Case(c.name, c.model, list(c.data_sets), c.rtol, c.atol)
+           for c in found if _supported(c.model)}
+    return [out[k] for k in sorted(out)]
+
+
+def data_cases() -> list[Case]:
+    """The pytorch-converted and pytorch-operator models (files with .pb test data)."""
+    import onnx
+    from onnx import numpy_helper
+
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+    out = []
+    for kind in ("pytorch-converted", "pytorch-operator"):
+        for path in sorted(glob.glob(os.path.join(root, kind, "*", "model.onnx"))):
+            model = onnx.load(path)
+            if not _supported(model):
+                continue
+            sets = []
+            for d in sorted(glob.glob(os.path.join(os.path.dirname(path), "test_data_set_*"))):
+                def tensors(prefix: str, d: str = d) -> list[np.ndarray]:
+                    files = glob.glob(os.path.join(d, f"{prefix}_*.pb"))
+                    files.sort(key=lambda p: int(p.rsplit("_", 1)[1][:-3]))
+                    return [numpy_helper.to_array(onnx.load_tensor(f)) for f in files]
+                sets.append((tensors("input"), tensors("output")))
+            out.append(Case(os.path.basename(os.path.dirname(path)), model, sets))
+    return out
+
+
+def is_float32(model) -> bool:
+    """Every output and every data input is float32 (int64 shapes and axes do not count)."""
+    from tilec.onnx import ModelInfo
+
+    try:
+        info = ModelInfo(model)
+    except TileError:
+        return False
+    data = [v for k, v in info.in_dtypes.items() if k not in info.static]
+    return all(d == np.float32 for d in data + list(info.out_dtypes.values()))
+
+
+def run_case(case: Case) -> None:
+    """Load, run every data set with outputs poisoned, compare with the expected outputs."""
+    import tilec.onnx as tonnx
+
+    exe = tonnx.load(case.model)
+    for inputs, outputs in case.data_sets:
+        got = exe.run(dict(zip(exe.inputs, inputs, strict=True)), poison=True)
+        for name, want in zip(exe.outputs, outputs, strict=True):
+            g = got[name]
+            assert g.shape == want.shape and g.dtype == want.dtype, \
+                (name, g.shape, want.shape, g.dtype, want.dtype)
+            np.testing.assert_allclose(
+                g.astype(np.float64), want.astype(np.float64), rtol=max(case.rtol, 1e-4),
+                atol=max(case.atol, 1e-5 * max(1.0, float(np.abs(want).max(initial=0)))),
+                err_msg=f"{case.name}: {name}")

@@ -1,0 +1,243 @@
+"""The ONNX importer: ONNX's own backend test cases, a small CNN against onnxruntime, errors,
+and the `tilec onnx` / `tilec graph` commands.  The full backend sets run with `-m slow`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import tilec.onnx as tonnx  # noqa: E402
+from tilec.cli import main  # noqa: E402
+from tilec.errors import TileError  # noqa: E402
+
+from .graph_refs import HAVE_DEVICE  # noqa: E402
+from .onnx_cases import (UNSUPPORTED, Case, data_cases, is_float32, node_cases,  # noqa: E402
+                         run_case)
+
+device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+
+QUICK = node_cases(full=False)
+DATA = data_cases()
+# pytorch-operator's float64 cases hold uninitialised memory (values up to 1e308, denormals)
+# that float32 cannot represent; tilec runs float64 models in float32.
+FLOAT64_GARBAGE = {"test_operator_add_broadcast", "test_operator_add_size1_right_broadcast",
+                   "test_operator_add_size1_singleton_broadcast", "test_operator_addconstant"}
+
+
+def _expect(case: Case) -> None:
+    if case.name in UNSUPPORTED:
+        with pytest.raises(TileError, match=re.escape(UNSUPPORTED[case.name])):
+            run_case(case)
+    else:
+        run_case(case)
+
+
+@device
+@pytest.mark.parametrize("case", QUICK, ids=lambda c: c.name)
+def test_node_case(case):
+    _expect(case)
+
+
+@device
+@pytest.mark.parametrize("case", [c for c in DATA if c.name not in FLOAT64_GARBAGE],
+                         ids=lambda c: c.name)
+def test_pytorch_case(case):
+    run_case(case)
+
+
+@pytest.fixture
+def full_set(request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the full ONNX backend sets run with -m slow")
+
+
+def _tally(cases: list[Case]) -> tuple[Counter, list[str]]:
+    counts: Counter = Counter()
+    failed_float32 = []
+    for case in cases:
+        f32 = is_float32(case.model)
+        counts["total"] += 1
+        counts["float32"] += f32
+        try:
+            run_case(case)
+        except TileError:
+            counts["unsupported"] += 1
+            continue
+        except AssertionError:
+            if f32:
+                failed_float32.append(case.name)
+            counts["failed"] += 1
+            continue
+        counts["passed"] += 1
+        counts["float32 passed"] += f32
+    return counts, failed_float32
+
+
+@device
+@pytest.mark.slow
+def test_full_node_set(full_set, capsys):
+    counts, failed = _tally(node_cases(full=True))
+    with capsys.disabled():
+        print(f"\nONNX node cases using only supported ops: {dict(counts)}", file=sys.stderr)
+    assert not failed
+    assert counts["passed"] + counts["unsupported"] == counts["total"]
+
+
+@device
+@pytest.mark.slow
+def test_full_pytorch_set(full_set, capsys):
+    counts, failed = _tally(DATA)
+    with capsys.disabled():
+        print(f"\nONNX pytorch cases using only supported ops: {dict(counts)}", file=sys.stderr)
+    assert not failed
+
+
+# a small CNN against onnxruntime ------------------------------------------------------------------
+
+def small_cnn(batch: int | str = 2, seed: int = 0):
+    """conv -> batch norm -> relu -> max pool -> flatten -> gemm -> softmax."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, arr):
+        return numpy_helper.from_array(np.asarray(arr, np.float32), name)
+
+    inits = [init("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3),
+             init("b1", rng.standard_normal(8) * 0.1), init("gamma", rng.uniform(0.5, 1.5, 8)),
+             init("beta", rng.standard_normal(8) * 0.1),
+             init("mean", rng.standard_normal(8) * 0.1), init("var", rng.uniform(0.5, 1.5, 8)),
+             init("w2", rng.standard_normal((10, 8 * 4 * 4)) * 0.1),
+             init("b2", rng.standard_normal(10) * 0.1)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "gamma", "beta", "mean", "var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w2", "b2"], ["g"], transB=1),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "small_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                           [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], inits)
+    # IR version 8: what the installed onnxruntime reads.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@device
+def test_small_cnn_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    model = small_cnn()
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    exe = tonnx.load(model)
+    got = exe.run({"x": x}, poison=True)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    # Batch norm went into the convolution's weights; conv + bias + relu is one node.
+    assert [n.op for n in exe.graph.nodes] == ["conv", "max_pool", "reshape", "gemm", "softmax"]
+    assert exe.graph.nodes[0].get("activation") == "relu"
+    assert not {"gamma", "beta", "mean", "var"} & set(exe.graph.constants)
+
+
+@device
+def test_symbolic_batch_is_taken_from_the_arrays():
+    model = small_cnn(batch="N")
+    exe = tonnx.load(model)
+    assert exe.last is None
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 3, 8, 8)).astype(np.float32)
+        y = exe(x=x)["y"]
+        assert y.shape == (n, 10)
+        np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
+    assert len(exe._built) == 2
+
+
+@device
+def test_shape_input_fixes_the_program_per_value():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph(
+        [node], "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    exe = tonnx.load(helper.make_model(graph))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for shape in ([4, -1], [0, 12], [8, 3]):
+        got = exe.run({"x": x, "shape": np.array(shape, np.int64)}, poison=True)["y"]
+        want = x.reshape([2 if s == 0 else s for s in shape])
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TileError, match="decides a shape"):
+        exe.run({"x": x})
+
+
+def test_unsupported_ops_are_all_listed():
+    nodes = [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Pad", ["b", "pads"], ["c"]),
+             helper.make_node("Exp", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.zeros(2, np.int64), "pads")])
+    with pytest.raises(TileError, match=r"does not support: Exp, Pad \(supported: "):
+        tonnx.load(helper.make_model(graph))
+
+
+def test_unsupported_attribute_names_node_and_attribute():
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv1", auto_pad="WEIRD")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")])
+    with pytest.raises(TileError, match=r"ONNX node 'conv1' \(Conv\): attribute auto_pad"):
+        tonnx.load(helper.make_model(graph))
+    with pytest.raises(TileError, match="cannot read ONNX model"):
+        tonnx.load("/nonexistent/model.onnx")
+
+
+# the commands -------------------------------------------------------------------------------------
+
+@device
+def test_cli_onnx_run_validate(tmp_path, capsys):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), str(path))
+    assert main(["onnx", str(path), "--run", "--validate", "--save", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "7 ONNX nodes -> 5 graph nodes" in out
+    assert re.search(r"validation of y against (onnxruntime|the numpy reference).*: ok", out)
+    assert np.load(tmp_path / "o" / "y.npy").shape == (2, 10)
+
+
+@device
+def test_cli_graph_dump_passes(tmp_path, capsys):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), str(path))
+    assert main(["graph", str(path), "--dump-passes", "--print-tile", "--run"]) == 0
+    out = capsys.readouterr().out
+    for name in ("batchnorm_to_elementwise", "constant_folding", "fold_scale_into_weights",
+                 "fuse_bias_activation", "elementwise_fusion", "dead_node_elimination"):
+        assert f"== after {name}:" in out
+    assert "function (x[2, 3, 8, 8]" in out
+    assert "validation against the unoptimised graph: ok" in out
+
+
+def test_cli_graph_from_python_file(tmp_path, capsys):
+    script = tmp_path / "g.py"
+    script.write_text("import numpy as np\nimport tilec\nfrom tilec import ops\n\n"
+                      "def graph():\n    g = tilec.Graph('py')\n"
+                      "    x = g.input('x', (2, 3))\n"
+                      "    g.output('y', ops.relu(x * g.constant(np.ones((2, 3)))))\n"
+                      "    return g\n")
+    assert main(["graph", str(script), "--no-passes", "--print-tile"]) == 0
+    out = capsys.readouterr().out
+    assert "graph py" in out and "y = relu(mul);" in out
+    (tmp_path / "none.py").write_text("x = 1\n")
+    assert main(["graph", str(tmp_path / "none.py")]) == 1
+    assert "defines no `graph`" in capsys.readouterr().err

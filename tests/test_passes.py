@@ -1,0 +1,190 @@
+"""The inference passes: the graph's structure after each one, and its numerics (compiled,
+outputs poisoned) before and after each one against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilec import ops, passes
+from tilec.errors import TileError
+from tilec.graph import Graph
+
+from .graph_refs import HAVE_DEVICE, close, conv_nchw, run, sigmoid
+
+device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+
+def bn_params(c):
+    return (RNG.uniform(0.5, 1.5, c).astype(np.float32), rand(c), rand(c),
+            RNG.uniform(0.5, 1.5, c).astype(np.float32))
+
+
+def conv_bn_relu(layout="NCHW"):
+    """conv -> batch norm -> relu -> 2x2 max pool -> flatten -> gemm -> bias -> tanh, and the
+    numpy result for input x."""
+    x, w, b = rand(2, 3, 6, 6), rand(4, 3, 3, 3), rand(4)
+    gamma, beta, mean, var = bn_params(4)
+    wf, bf = rand(5, 36), rand(5)
+    g = Graph("conv_bn_relu")
+    nhwc = layout == "NHWC"
+    xv = g.input("x", x.transpose(0, 2, 3, 1).shape if nhwc else x.shape)
+    c = ops.conv2d(xv, g.constant(w.transpose(2, 3, 1, 0) if nhwc else w, "w"),
+                   g.constant(b, "b"), padding=1, layout=layout)
+    bn = ops.batchnorm(c, *(g.constant(p, k) for k, p in
+                            (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))),
+                       axis=-1 if nhwc else 1)
+    p = ops.max_pool2d(ops.relu(bn), 2, layout=layout)
+    if nhwc:
+        p = ops.transpose(p, (0, 3, 1, 2))
+    f = ops.gemm(ops.flatten(p), g.constant(wf, "wf"), trans_b=True)
+    g.output("y", ops.tanh(ops.add(f, g.constant(bf, "bf"))))
+    conv = conv_nchw(x, w, b, pads=(1, 1, 1, 1))
+    r = (slice(None), None, None)
+    act = np.maximum((conv - mean[r]) / np.sqrt(var[r] + 1e-5) * gamma[r] + beta[r], 0)
+    pooled = act.reshape(2, 4, 3, 2, 3, 2).max(axis=(3, 5))
+    want = np.tanh(pooled.reshape(2, 36) @ wf.T + bf)
+    return g, (x.transpose(0, 2, 3, 1) if nhwc else x), want
+
+
+def ops_of(g):
+    return [n.op for n in g.nodes]
+
+
+@device
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_every_pass_keeps_the_numbers(layout):
+    g, x, want = conv_bn_relu(layout)
+    _, outs = run(g, {"x": x})
+    close(outs["y"], want)
+    for name, after in passes.trace(g):
+        close(after.evaluate(x=x)["y"], want)
+        _, outs = run(after, {"x": x})
+        close(outs["y"], want)
+
+
+def test_structure_after_each_pass():
+    g, _, _ = conv_bn_relu()
+    trace = passes.trace(g)
+    assert [name for name, _ in trace] == list(passes.DEFAULT_PASSES)
+    steps = [g for _, g in trace[1:]]  # from batchnorm_to_elementwise on
+    assert "batchnorm" in ops_of(g)
+    assert "batchnorm" not in ops_of(steps[0])
+    folded = steps[1]
+    assert ops_of(folded)[:4] == ["conv", "mul", "add", "relu"]
+    # Only the per-channel scale and shift are left of the batch norm's statistics.
+    assert {"gamma", "beta", "mean", "var"}.isdisjoint(folded.constants)
+    assert {"batchnorm_scale", "batchnorm_shift"} <= set(folded.constants)
+    assert ops_of(steps[3])[:2] == ["conv", "add"]  # the scale went into the weights
+    assert "w_scaled" in steps[3].constants
+    final = steps[-1]
+    assert ops_of(final) == ["conv", "max_pool", "reshape", "gemm"]
+    conv, gemm = final.nodes[0], final.nodes[3]
+    assert conv.get("activation") == "relu" and len(conv.inputs) == 3
+    assert gemm.get("activation") == "tanh" and len(gemm.inputs) == 3
+    assert all(not final.is_constant(n.output) for n in final.nodes)
+    assert set(final.constants) == set(conv.inputs[1:] + gemm.inputs[1:])
+    # The source graph is untouched.
+    assert "batchnorm" in ops_of(g)
+
+
+@device
+def test_conv_bias_relu_is_one_kernel():
+    g, x, want = conv_bn_relu()
+    exe, outs = run(g, {"x": x}, passes=True)
+    close(outs["y"], want)
+    conv_kernels = [k for k in exe.kernels if k.args[0] == "x" or "x" in k.args]
+    assert len(conv_kernels) == 1
+    assert conv_kernels[0].kind == "contraction"
+    # The fused epilogue writes the activation; the raw accumulation never reaches memory.
+    assert not any(a.endswith("_acc") for k in exe.kernels for a in k.args)
+
+
+@device
+def test_elementwise_chain_becomes_one_statement_and_one_kernel():
+    a, b = rand(4, 6), rand(4, 6)
+    g = Graph()
+    av, bv = g.input("a", a.shape), g.input("b", b.shape)
+    t = ops.sigmoid(ops.relu(av * bv + 0.5) - bv)
+    g.output("t", ops.clip(ops.leaky_relu(t, 0.1) * av, -0.2, 0.3))
+    want = np.clip(np.where((s := sigmoid(np.maximum(a * b + 0.5, 0) - b)) > 0, s, 0.1 * s) * a,
+                   -0.2, 0.3)
+    fused = passes.fuse_elementwise(g)
+    assert ops_of(fused) == ["fused"]
+    assert fused.nodes[0].inputs == ("a", "b")
+    exe, outs = run(fused, {"a": a, "b": b})
+    close(outs["t"], want)
+    assert [k.kind for k in exe.kernels] == ["elementwise"]
+
+
+def test_fusion_stops_at_outputs_and_shared_values():
+    g = Graph()
+    x = g.input("x", (3,))
+    r = ops.relu(x)
+    g.output("r", r)
+    g.output("s", ops.sigmoid(r))
+    shared = ops.tanh(x)
+    g.output("u", shared + shared)
+    out = passes.optimize(g)
+    assert "relu" in ops_of(out) and "sigmoid" in ops_of(out) and "tanh" in ops_of(out)
+
+
+def test_batchnorm_with_input_statistics_is_kept():
+    g = Graph()
+    x = g.input("x", (1, 2, 3, 3))
+    stats = [g.input(k, (2,)) for k in ("s", "b", "m", "v")]
+    g.output("y", ops.batchnorm(x, *stats))
+    assert ops_of(passes.optimize(g)) == ["batchnorm"]
+
+
+def test_dead_nodes_unused_constants_and_copies_go():
+    g = Graph()
+    x = g.input("x", (2, 2))
+    g.constant(np.ones((2, 2)), "unused")
+    ops.sigmoid(x * g.constant(np.ones((2, 2)), "only_dead"))
+    y = ops.identity(ops.relu(x))
+    g.output("y", ops.tanh(y))
+    out = passes.eliminate_dead_nodes(g)
+    assert ops_of(out) == ["relu", "tanh"]
+    assert out.constants == {}
+    assert out.nodes[1].inputs == (out.nodes[0].output,)
+
+
+@device
+def test_constant_folding_runs_the_reference():
+    g = Graph()
+    x = g.input("x", (2, 3))
+    w = g.constant(np.arange(6, dtype=np.float32).reshape(3, 2), "w")
+    scale = ops.softmax(ops.transpose(w) * 2.0, 1)  # all constant
+    g.output("y", ops.matmul(x, ops.transpose(scale)))
+    folded = passes.fold_constants(g)
+    assert ops_of(folded) == ["matmul"]
+    xv = rand(2, 3)
+    want = xv @ np.exp(2 * np.arange(6.0).reshape(3, 2)) / \
+        np.exp(2 * np.arange(6.0).reshape(3, 2)).sum(0)
+    _, outs = run(folded, {"x": xv})
+    close(outs["y"], want)
+
+
+@device
+def test_gemm_scale_bias_activation_fold():
+    x, w, c = rand(3, 5), rand(4, 5), rand(4)
+    s, t = RNG.uniform(0.5, 2, 4).astype(np.float32), rand(4)
+    g = Graph()
+    xv = g.input("x", x.shape)
+    y = ops.gemm(xv, g.constant(w), g.constant(c), alpha=0.5, beta=2.0, trans_b=True)
+    g.output("y", ops.relu6(ops.add(ops.mul(y, g.constant(s)), g.constant(t))))
+    out = passes.optimize(g)
+    assert ops_of(out) == ["gemm"] and out.nodes[0].get("activation") == "relu6"
+    _, outs = run(out, {"x": x})
+    close(outs["y"], np.clip((0.5 * x @ w.T + 2 * c) * s + t, 0, 6))
+
+
+def test_unknown_pass():
+    with pytest.raises(TileError, match="unknown pass 'fold'"):
+        passes.trace(Graph(), ["fold"])

@@ -1,0 +1,281 @@
+"""Measured tuning: work-size candidates, the report card, tuning records, and `tune` itself
+(with an injected timer, so that which candidate wins does not depend on this machine)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tilec import tune as tune_mod
+from tilec.cli import main, random_array
+from tilec.compiler import compile as tile_compile
+from tilec.config import Config
+from tilec.errors import DeviceError
+from tilec.records import DeviceKey, RecordStore, TuneRecord, default_path
+from tilec.tune import spearman, tune
+from tilec.worksize import (
+    elementwise_local_sizes,
+    mace_local_sizes,
+    pow2_local_sizes,
+    thread_budgets,
+)
+
+try:
+    from tilec.runtime import choose_device
+
+    choose_device()
+    HAVE_DEVICE = True
+except DeviceError:
+    HAVE_DEVICE = False
+
+device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+MM_SHAPES = {"A": (16, 24), "B": (24, 20)}
+ELEMENTWISE = "function (X[R, C], Y[R, C]) -> (Z) { Z = X * Y + X; }"
+EW_SHAPES = {"X": (10, 13), "Y": (10, 13)}
+
+
+# -- work sizes (no device) ----------------------------------------------------------------------
+
+def test_mace_3d_list_is_filtered_by_kernel_and_device_limits():
+    got = mace_local_sizes((16, 8, 32), kwg=64, items=(64, 64, 64))
+    assert got and all(a * b * c <= 64 for a, b, c in got)
+    assert (1, 8, 8) in got and (4, 8, 1) in got
+    assert (16, 8, 32) not in got  # 4096 work-items: over the kernel's maximum
+    narrow = mace_local_sizes((16, 8, 32), kwg=64, items=(2, 64, 64))
+    assert narrow and all(a <= 2 for a, _, _ in narrow)
+
+
+def test_mace_2d_list_splits_the_kernel_maximum():
+    got = mace_local_sizes((100, 100), kwg=256, items=(256, 256, 256))
+    assert (128, 2) in got and (1, 256) in got and (256, 1) in got
+    assert all(a * b <= 256 for a, b in got)
+
+
+def test_mace_1d_list_and_mnn_sweep():
+    got = [c[0] for c in mace_local_sizes((1000,), kwg=256, items=(128,), compute_units=2)]
+    assert max(got) <= 128 and 4 in got and 1 in got
+    assert 125 in got and 250 not in got  # MACE's gws/8 fits; gws/4 passes the item size
+    sweep = pow2_local_sizes((20,), kwg=1024, items=(1024,))
+    assert sweep == [(1,), (2,), (4,), (8,), (16,), (32,)]  # up to twice the global size
+    assert pow2_local_sizes((4, 4), kwg=8, items=(8, 8)) == [
+        (1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)]
+    assert thread_budgets(64, kwg=32, items=(16,)) == [1, 2, 4, 8, 16]
+    sizes = elementwise_local_sizes(130, kwg=64, items=(64,))
+    assert sizes[0] is None and sizes[1:] == sorted(sizes[1:]) and max(sizes[1:]) <= 64
+
+
+def test_spearman():
+    assert spearman([0, 1, 2, 3], [1.0, 2.0, 3.0, 4.0]) == pytest.approx(1.0)
+    assert spearman([0, 1, 2, 3], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert spearman([0, 1, 2], [1.0, 1.0, 2.0]) == pytest.approx(0.8660254)
+    assert spearman([0], [1.0]) is None
+    assert spearman([0, 1], [1.0, 1.0]) is None
+
+
+# -- records (no device) -------------------------------------------------------------------------
+
+KEY = DeviceKey("Plat", "OpenCL 3.0", "Dev", "1.2")
+
+
+def record(i: int = 0, **kw) -> TuneRecord:
+    base = TuneRecord(KEY, "contract_C", f"digest{i}", (("A", (2, 3)),), (("m", 2),), 4, None,
+                      1e-3 * (i + 1), rho=0.5, regret=1.25, candidates=3)
+    return replace(base, **kw)
+
+
+def test_record_round_trip_and_default_path(tmp_path):
+    r = record()
+    assert TuneRecord.from_json(json.loads(json.dumps(r.to_json()))) == r
+    assert default_path(Config(records_path=tmp_path / "x.jsonl")) == tmp_path / "x.jsonl"
+    assert default_path(Config(cache_dir=tmp_path)) == tmp_path / "tuning.jsonl"
+    assert r.tile_for(("m",), (4,)) == (2,)
+    assert r.tile_for(("m", "n"), (4, 4)) is None  # another kernel's indices
+    assert r.tile_for(("m",), (1,)) is None  # a size past the range
+
+
+def test_store_skips_corrupt_lines_and_last_record_wins(tmp_path):
+    store = RecordStore(tmp_path / "r.jsonl")
+    store.append([record(0), record(1)])
+    with open(store.path, "a") as f:
+        f.write('{"version": 1, "kernel": \n')  # a writer that died mid-line
+        f.write("not json at all\n")
+        f.write(json.dumps({**record(2).to_json(), "version": 99}) + "\n")
+    store.append([record(0, seconds=5.0)])
+    with pytest.warns(UserWarning, match="skipped 3 unreadable"):
+        got = store.load()
+    assert len(got) == 2
+    assert got[record(0).key].seconds == 5.0
+
+
+def _append_many(path: str, worker: int) -> None:
+    store = RecordStore(path)
+    for i in range(40):
+        store.append([record(1000 * worker + i, kernel="k" * 300)])
+
+
+def test_concurrent_writers_do_not_corrupt_the_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    # fork: the children only write files, and spawning would re-import OpenCL in each.
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(path), w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = RecordStore(path).load()
+    assert len(got) == 160
+
+
+# -- tuning on the device --------------------------------------------------------------------------
+
+def inputs_for(exe, seed=0):
+    rng = np.random.default_rng(seed)
+    return {n: random_array(rng, exe.program.tensors[n].shape, exe.program.tensors[n].dtype)
+            for n in exe.program.inputs}
+
+
+def assert_correct(exe):
+    arrays = inputs_for(exe)
+    outs = exe.run(arrays, poison=True)
+    v = exe.check(exe._inputs(arrays), outs)
+    assert v.ok, v.worst
+
+
+@device
+def test_injected_timer_picks_the_fastest_and_compile_uses_it(tmp_path):
+    config = Config(records_path=tmp_path / "r.jsonl")
+    times = {0: 3e-3, 1: 2e-3, 2: 1e-3}  # the model's last choice is the fastest
+
+    report = tune(MATMUL, MM_SHAPES, config=config, top_k=3, timer=lambda c: times[c.rank])
+    (k,) = report.kernels
+    assert [m.status for m in k.results] == ["ok"] * 3
+    assert k.best is k.results[2]
+    assert k.regret == pytest.approx(3.0)
+    assert k.rho == pytest.approx(-1.0)
+    assert k.gain == pytest.approx(3.0)
+    assert report.records_path == tmp_path / "r.jsonl"
+    rec = k.record
+    assert rec is not None and rec.seconds == 1e-3 and rec.candidates == 3
+
+    exe = tile_compile(MATMUL, MM_SHAPES, config=config)
+    assert set(exe.tuned) == {"contract_C"}
+    assert exe.kernels[0].tile == dict(rec.tile)
+    assert "tuned: measured" in exe.cost_log
+    assert_correct(exe)
+    plain = tile_compile(MATMUL, MM_SHAPES, config=replace(config, use_tuning_records=False))
+    assert plain.tuned == {} and plain.kernels[0].tile == dict(k.results[0].candidate.tile)
+    forced = tile_compile(MATMUL, MM_SHAPES, config=replace(config, tiles={"*": {"m": 1}}))
+    assert forced.tuned == {}  # a forced tile wins over a record
+
+
+@device
+def test_a_wrong_candidate_is_reported_and_never_chosen(tmp_path, monkeypatch):
+    real = tune_mod.variant
+
+    def broken(kernel, plan, hw, config, tile, threads):
+        src = real(kernel, plan, hw, config, tile, threads)
+        if tile == broken.victim:  # launch too few groups: some outputs stay poisoned
+            return replace(src, global_size=src.local_size)
+        return src
+
+    plain = tune(MATMUL, MM_SHAPES, config=Config(), top_k=3, timer=lambda c: 1.0, save=False)
+    broken.victim = tuple(t for _, t in plain.kernels[0].results[1].candidate.tile)
+    monkeypatch.setattr(tune_mod, "variant", broken)
+    report = tune(MATMUL, MM_SHAPES, config=Config(records_path=tmp_path / "r.jsonl"),
+                  top_k=3, timer=lambda c: 1e-6 if c.rank == 1 else 1e-3)
+    (k,) = report.kernels
+    assert k.results[1].status == "failed" and "expected" in k.results[1].note
+    assert k.best is not None and k.best.candidate.rank != 1
+    assert k.record.tile != k.results[1].candidate.tile
+
+
+@device
+def test_local_sizes_of_an_elementwise_kernel(tmp_path):
+    config = Config(records_path=tmp_path / "r.jsonl")
+    report = tune(ELEMENTWISE, EW_SHAPES, config=config, lws=True,
+                  timer=lambda c: 1e-6 if c.local_size == 64 else 1e-3)
+    (k,) = report.kernels
+    assert k.results[0].candidate.local_size is None  # the driver's choice comes first
+    assert len(k.results) > 4 and all(m.status == "ok" for m in k.results)
+    assert k.record.local_size == 64
+    exe = tile_compile(ELEMENTWISE, EW_SHAPES, config=config)
+    (src,) = exe.sources
+    assert src.local_size == 64 and src.global_size == 192  # 130 rounded up
+    assert_correct(exe)
+
+
+@device
+def test_thread_counts_of_a_contraction(tmp_path):
+    config = Config(records_path=tmp_path / "r.jsonl", hw="nvidia-h100")
+    shapes = {"A": (32, 16), "B": (16, 32)}
+    report = tune(MATMUL, shapes, config=config, top_k=2, lws=True, lws_tiles=1,
+                  timer=lambda c: 1e-6 if c.phase == "lws" and c.local_size == 2 else 1e-3)
+    (k,) = report.kernels
+    first = k.results[0].candidate
+    lws = [m.candidate for m in k.results if m.candidate.phase == "lws"]
+    assert {c.local_size for c in lws} | {first.local_size} >= {1, 2, 4}
+    assert all(c.tile == first.tile for c in lws)  # lws_tiles=1: the best tile only
+    assert k.record.threads == 2 and k.record.tile == first.tile
+    assert k.regret == pytest.approx(1.0)  # the tiles themselves timed alike
+    exe = tile_compile(MATMUL, shapes, config=config)
+    assert exe.sources[-1].local_size == 2
+    assert_correct(exe)
+
+
+@device
+def test_budget_measures_only_each_kernels_first_choice(tmp_path):
+    report = tune(MATMUL, MM_SHAPES, config=Config(), top_k=3, budget=1e-9, save=False)
+    (k,) = report.kernels
+    assert [m.status for m in k.results] == ["ok", "skipped", "skipped"]
+    assert k.results[0].seconds > 0 and report.records_path is None
+    assert k.best is k.results[0] and k.rho is None
+
+
+@device
+def test_records_of_another_device_are_ignored(tmp_path):
+    path = tmp_path / "r.jsonl"
+    config = Config(records_path=path)
+    report = tune(MATMUL, MM_SHAPES, config=config, top_k=2, timer=lambda c: 1.0,
+                  save=False)
+    rec = report.kernels[0].record
+    other = replace(rec, device=replace(rec.device, driver="another driver"))
+    RecordStore(path).append([other])
+    assert tile_compile(MATMUL, MM_SHAPES, config=config).tuned == {}
+    RecordStore(path).append([rec])
+    assert set(tile_compile(MATMUL, MM_SHAPES, config=config).tuned) == {"contract_C"}
+
+
+@device
+def test_cli_tune_prints_the_report_card_and_run_uses_the_record(tmp_path, capsys):
+    prog = tmp_path / "mm.tile"
+    prog.write_text("// shapes: A=16x24 B=24x20\n" + MATMUL + "\n")
+    records = tmp_path / "r.jsonl"
+    assert main(["tune", str(prog), "--top-k", "2", "--repeat", "2", "--warmup", "1",
+                 "--records", str(records), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "contract_C (contraction, 2 candidates)" in out
+    assert "rho " in out and "regret " in out and "GFLOP/s" in out
+    assert f"records appended to {records}" in out
+    assert main(["run", str(prog), "--records", str(records), "--repeat", "1"]) == 0
+    assert "(tuned)" in capsys.readouterr().out
+    assert main(["run", str(prog), "--records", str(records), "--no-records",
+                 "--repeat", "1"]) == 0
+    assert "(tuned)" not in capsys.readouterr().out
+
+
+def test_cli_tune_rejects_bad_options(tmp_path, capsys):
+    prog = tmp_path / "mm.tile"
+    prog.write_text("// shapes: A=4x4 B=4x4\n" + MATMUL + "\n")
+    assert main(["tune", str(prog), "--top-k", "0"]) == 1
+    assert "--top-k" in capsys.readouterr().err
+    assert main(["tune", str(prog), "--budget", "-1"]) == 1
+

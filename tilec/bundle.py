@@ -1,0 +1,298 @@
+"""Bundles (.tlc): one file with everything needed to run a compiled program on a device.
+
+MACE ships the OpenCL program binary, the model and the tuned parameters packed per model and
+device (seed 000); a bundle is the same for one Tile program.  It is a zip archive:
+
+    bundle.json  format name and version, tilec version, the program's text, input shapes and
+                 element types, the hardware model's name, the device the binary was built for,
+                 build options, the launch manifest (kernels in launch order with their
+                 arguments and global/local sizes, buffers), the tuning records the kernels
+                 came from, and sha256 sums of the two files below
+    kernels.cl   the generated OpenCL C of every kernel
+    program.bin  the device binary (absent when the driver gives none)
+
+`load` runs a bundle without parsing, searching or tuning.  It hands the binary to the driver
+only when the device, driver and build options are those it was built for and its checksum
+holds (PoCL crashes the process on a corrupt binary); otherwise, or when the driver refuses the
+binary, it builds `kernels.cl` instead and says why in a `BundleWarning`.  The kernels' tiles
+stay those chosen for the original device, so another device runs them correctly but perhaps
+not at its best: compile the program there (and tune it) for that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .compiler import NP, POISON, KernelInfo, Validation, compare
+from .config import Config
+from .errors import DeviceError, TileError, ValidationError
+from .records import TuneRecord
+from .runtime import DeviceInfo, Runtime, event_seconds
+
+FORMAT = "tilec-bundle"
+VERSION = 1
+META, SOURCE, BINARY = "bundle.json", "kernels.cl", "program.bin"
+
+
+class BundleError(TileError):
+    """A file that is not a readable bundle."""
+
+
+class BundleWarning(UserWarning):
+    """The bundle's binary could not be used; its kernels were built from source."""
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_bundle(exe, path: str | os.PathLike[str]) -> str:
+    """Write `exe` (a compiled `Executable`) as a bundle; returns a one-line summary."""
+    from . import __version__
+    from .cli_run import manifest
+
+    program = exe.program
+    binary = exe.runtime.binary_of(exe._cl_program)
+    source = exe.source.encode()
+    meta = {
+        "format": FORMAT, "version": VERSION, "tilec": __version__,
+        "program": {"text": program.source.text, "name": program.source.name,
+                    "shapes": {n: list(program.tensors[n].shape) for n in program.inputs},
+                    "dtypes": {n: program.tensors[n].dtype for n in program.inputs}},
+        "hw_model": exe.hw.name,
+        "device": asdict(exe.runtime.info),
+        "build_options": list(exe.config.build_options),
+        "manifest": manifest(exe),
+        "records": [r.to_json() for r in exe.tuned.values()],
+        "source": {"file": SOURCE, "sha256": _sha(source), "bytes": len(source)},
+        "binary": None if binary is None else {"file": BINARY, "sha256": _sha(binary),
+                                                 "bytes": len(binary)},
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(META, json.dumps(meta, indent=1))
+        z.writestr(SOURCE, source)
+        if binary is not None:
+            z.writestr(BINARY, binary)
+    _write_atomic(Path(path), buf.getvalue())
+    n = len(exe.sources)
+    what = "no binary" if binary is None else f"binary {len(binary) // 1024} KiB"
+    return (f"{n} kernel{'s' if n != 1 else ''}, {what} for {exe.runtime.info.label}, "
+            f"{len(exe.tuned)} tuning record{'s' if len(exe.tuned) != 1 else ''}")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_bundle(path: str | os.PathLike[str]
+                ) -> tuple[dict[str, Any], str, bytes | None, str]:
+    """(metadata, kernel source, binary, why the binary is unusable).  The binary is None when
+    absent or failing its checksum."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            meta = json.loads(z.read(META))
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise BundleError(f"{path} is not a tilec bundle")
+            if meta.get("version") != VERSION:
+                raise BundleError(f"{path} is a version {meta.get('version')} bundle; this "
+                                  f"tilec reads version {VERSION}")
+            source = z.read(SOURCE)
+            binary = z.read(BINARY) if meta.get("binary") else None
+    except FileNotFoundError:
+        raise BundleError(f"no bundle at {path}") from None
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
+        raise BundleError(f"{path} is not a readable tilec bundle ({e})") from None
+    if _sha(source) != meta["source"]["sha256"]:
+        raise BundleError(f"{path}: the kernel source fails its checksum (a damaged file)")
+    problem = ""
+    if binary is not None and _sha(binary) != meta["binary"]["sha256"]:
+        binary, problem = None, "its device binary fails its checksum (a damaged file)"
+    return meta, source.decode(), binary, problem
+
+
+def load(path: str | os.PathLike[str], *, device: str | None = None,
+         config: Config | None = None, validate: bool = False) -> BundledExecutable:
+    """Open a bundle on a device (default: the one it was built for, if present, else the
+    usual choice) and build its kernels, from the binary where it fits."""
+    meta, source, binary, problem = read_bundle(path)
+    config = config or Config()
+    dev = meta["device"]
+    spec = device or config.device
+    if spec is None:
+        try:
+            runtime = Runtime.get(f"{dev['platform']}: {dev['name']}")
+        except DeviceError:
+            runtime = Runtime.get(None)
+    else:
+        runtime = Runtime.get(spec)
+    return BundledExecutable(meta, source, binary, runtime, config, validate=validate,
+                             path=str(path), problem=problem)
+
+
+class BundledExecutable:
+    """A bundle's kernels on one device; call it with the input arrays like an `Executable`."""
+
+    def __init__(self, meta: dict[str, Any], source: str, binary: bytes | None,
+                 runtime: Runtime, config: Config, *, validate: bool = False, path: str = "",
+                 problem: str = ""):
+        self.meta, self.source, self.runtime, self.config = meta, source, runtime, config
+        self.validate = validate
+        m = meta["manifest"]
+        self.inputs: tuple[str, ...] = tuple(m["inputs"])
+        self.outputs: tuple[str, ...] = tuple(m["outputs"])
+        self.buffers = {b["tensor"]: b for b in m["buffers"]}
+        self.records = tuple(TuneRecord.from_json(r) for r in meta.get("records", []))
+        self.tuned = {r.kernel: r for r in self.records}
+        options = tuple(meta.get("build_options", config.build_options))
+        self.fallback_reason = problem or _misfit(meta, binary, runtime)
+        program = None
+        if not self.fallback_reason:
+            try:
+                program = runtime.build_binary(binary, options)  # type: ignore[arg-type]
+            except DeviceError as e:
+                self.fallback_reason = f"the driver refused the binary ({e})"
+        if program is None:
+            warnings.warn(f"bundle {path}: {self.fallback_reason}; building the kernels from "
+                          "source", BundleWarning, stacklevel=3)
+            program = runtime.build(source, options, config)
+        self.from_binary = not self.fallback_reason
+        self._launches = [self._launch_size(k) for k in m["kernels"]]
+        self._kernels = {k["name"]: runtime.kernel(program, k["name"]) for k in m["kernels"]}
+        self.kernels = [KernelInfo(k["name"], k["kind"], g, loc, dict(k.get("tile") or {}), "",
+                                   int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]))
+                        for k, (g, loc) in zip(m["kernels"], self._launches, strict=True)]
+        runtime.check_sizes({n: int(b["bytes"]) for n, b in self.buffers.items()})
+        self._buffers: dict[str, Any] = {}
+        self._program = None
+        self.last_timings: dict[str, float] = {}
+        self.last_validation: Validation | None = None
+
+    def _launch_size(self, k: Mapping[str, Any]) -> tuple[int, int | None]:
+        g = int(k["global_size"][0])
+        loc = None if k["local_size"] is None else int(k["local_size"][0])
+        limit = int(self.runtime.device.max_work_group_size)
+        if loc is not None and loc > limit and k["kind"] != "contraction":
+            # A local size tuned elsewhere; the kernel guards its element count, so the
+            # driver's choice is always valid.
+            outs = [int(a["elements"]) for a in k["args"] if a["access"] == "write"]
+            return (max(outs) if outs else g), None
+        return g, loc
+
+    @property
+    def program(self):
+        """The checked program (parsed on first use: only validation needs it)."""
+        if self._program is None:
+            from .api import check_program
+            from .errors import Source
+
+            p = self.meta["program"]
+            self._program = check_program(Source(p["text"], p.get("name", "<bundle>")),
+                                          p["shapes"], p["dtypes"])
+        return self._program
+
+    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
+        return self.run(arrays)
+
+    def _buffer(self, name: str):
+        if name not in self._buffers:
+            self._buffers[name] = self.runtime.buffer(int(self.buffers[name]["bytes"]))
+        return self._buffers[name]
+
+    def _inputs(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self.inputs:
+            b = self.buffers[name]
+            if name not in arrays:
+                raise TileError(f"no array given for input {name} (shape {b['shape']})")
+            a = np.asarray(arrays[name])
+            if list(a.shape) != list(b["shape"]):
+                raise TileError(f"input {name} has shape {list(a.shape)}; the bundle was "
+                                f"compiled for {b['shape']}")
+            a = a.astype(NP[b["dtype"]], copy=False)
+            out[name] = np.ascontiguousarray(a.astype(np.uint8) if b["dtype"] == "bool" else a)
+        extra = set(arrays) - set(self.inputs)
+        if extra:
+            raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
+                            f"{', '.join(self.inputs)})")
+        return out
+
+    def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
+            repeat: int = 1) -> dict[str, np.ndarray]:
+        """Run every kernel `repeat` times (timings: the median per kernel), return outputs."""
+        prepared = self._inputs(arrays)
+        rt = self.runtime
+        for name, arr in prepared.items():
+            rt.upload(self._buffer(name), arr)
+        if poison:
+            for name, b in self.buffers.items():
+                if name not in self.inputs:
+                    rt.fill(self._buffer(name), POISON[b["dtype"]], int(b["bytes"]))
+        kernels = self.meta["manifest"]["kernels"]
+        times: dict[str, list[float]] = {k["name"]: [] for k in kernels}
+        for _ in range(max(1, repeat)):
+            events = []
+            for k, (g, loc) in zip(kernels, self._launches, strict=True):
+                args = [self._buffer(a["tensor"]) for a in k["args"]]
+                events.append((k["name"], rt.launch(self._kernels[k["name"]], g, loc, args)))
+            rt.finish()
+            for name, ev in events:
+                times[name].append(event_seconds(ev))
+        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
+        outs = {}
+        for name in self.outputs:
+            b = self.buffers[name]
+            raw = rt.download(self._buffer(name), tuple(b["shape"]),
+                              np.uint8 if b["dtype"] == "bool" else NP[b["dtype"]])
+            outs[name] = raw.astype(np.bool_) if b["dtype"] == "bool" else raw
+        if self.validate:
+            self.last_validation = self.check(prepared, outs)
+            if not self.last_validation.ok:
+                raise ValidationError(f"results disagree with the numpy reference: "
+                                      f"{self.last_validation.worst}")
+        return outs
+
+    def check(self, inputs: Mapping[str, np.ndarray],
+              outs: Mapping[str, np.ndarray]) -> Validation:
+        from .reference import evaluate_program
+
+        ref = evaluate_program(self.program, inputs)
+        return compare(ref, outs, self.program, self.config)
+
+    def gflops(self) -> dict[str, float]:
+        return {k.name: k.flops / self.last_timings[k.name] * 1e-9
+                for k in self.kernels if self.last_timings.get(k.name)}
+
+
+def _misfit(meta: Mapping[str, Any], binary: bytes | None, runtime: Runtime) -> str:
+    """Why the binary cannot be handed to this device's driver ("" when it can)."""
+    if binary is None:
+        return "the bundle holds no binary"
+    built = meta["device"]
+    here = asdict(runtime.info)
+    for field in DeviceInfo.__dataclass_fields__:
+        if built.get(field) != here[field]:
+            return (f"its binary was built for {built.get('name')} ({field} "
+                    f"{built.get(field)!r}); this device is {here['name']} ({field} "
+                    f"{here[field]!r})")
+    return ""
