@@ -85,6 +85,11 @@ CASES = {
     "strided_output": ("function (A[N]) -> (O) { O[2 * i : 2 * N] = =(A[i]); }", {"A": (9,)}),
     "product_partial": ("function (A[N]) -> (O) { O[i : N] = *(A[i + j]), j < 3; }",
                         {"A": (8,)}),
+    # Constraints on output indices alone: the elements they exclude are written zero.
+    "out_constraint": ("function (A[N, M]) -> (O) { O[i, j : N, N] = +(A[i, j]), i + j < N; }",
+                       {"A": (6, 7)}),
+    "correlation": ("function (P[N], R[M]) -> (O) { O[i, j] = >(P[i] * R[i + j]); }",
+                    {"P": (5,), "R": (8,)}),
     "opencl_names": (
         """function (float[M, N], half[N]) -> (local) {
              exp[kernel, int : M, N] = +(float[kernel, int] * half[int]);

@@ -88,6 +88,7 @@ class Generated:
 class _Poly:
     terms: list[tuple[int, str]]
     off: int = 0
+    div: int = 1  # > 1: `(poly) / div`, only the points where it divides exactly (defract)
 
     def text(self) -> str:
         out = ""
@@ -102,10 +103,18 @@ class _Poly:
                 out = str(self.off)
             else:
                 out += f" + {self.off}" if self.off > 0 else f" - {-self.off}"
-        return out
+        return f"({out}) / {self.div}" if self.div > 1 else out
+
+    def raw(self, point: dict[str, int]) -> int:
+        return self.off + sum(c * point[v] for c, v in self.terms)
 
     def at(self, point: dict[str, int]) -> int:
-        return self.off + sum(c * point[v] for c, v in self.terms)
+        return self.raw(point) // self.div
+
+    def fit(self, point: dict[str, int], top: int = 8) -> None:
+        """Shift the offset so that `point` lands on a whole index in 0..top."""
+        raw = self.raw(point)
+        self.off += min(max(raw // self.div, 0), top) * self.div - raw
 
     def span(self, ranges: dict[str, int]) -> tuple[int, int]:
         lo = hi = self.off
@@ -113,7 +122,7 @@ class _Poly:
             top = c * (ranges[v] - 1)
             lo += min(0, top)
             hi += max(0, top)
-        return lo, hi
+        return lo // self.div, hi // self.div
 
 
 @dataclass
@@ -179,7 +188,8 @@ def contraction_program(p: Picker) -> Generated:
             k = p.pick((1, 1, 1, 2, 0)) if every else 0
             vs = [p.pick(every) for _ in range(k)]
             terms = [(p.pick((1, 1, 1, 1, 2, 3, -1)), v) for v in dict.fromkeys(vs)]
-            polys.append(_Poly(terms, p.pick((0, 0, 0, -2, -1, 1, 2))))
+            div = p.pick((2, 3)) if terms and p.chance(0.06) else 1
+            polys.append(_Poly(terms, p.pick((0, 0, 0, -2, -1, 1, 2)), div))
         accesses.append(polys)
     # Every index must be bounded by the input accesses: a dimension bounds an index once all
     # its other indices are bounded (the checker's propagation).
@@ -192,11 +202,9 @@ def contraction_program(p: Picker) -> Generated:
     witness = {v: p.int(0, ranges[v] - 1) for v in every}
     for a in accesses:
         for q in a:
-            val = q.at(witness)
-            if val < 0:
-                q.off -= val
-            elif val > 8:
-                q.off -= val - 8
+            q.fit(witness)
+    if any(q.div > 1 for a in accesses for q in a):
+        prog.features.append("defract")
     in_names = tnames[:n_in]
     for name, polys in zip(in_names, accesses, strict=True):
         shape = []

@@ -1,5 +1,7 @@
-"""The ONNX importer: ONNX's own backend test cases, a small CNN against onnxruntime, errors,
-and the `tilec onnx` / `tilec graph` commands.  The full backend sets run with `-m slow`."""
+"""The ONNX importer: ONNX's own backend test cases (every node case of the supported ops and
+every pytorch-converted / -operator model that uses only them), a small CNN against
+onnxruntime, errors, and the `tilec onnx` / `tilec graph` commands.  `-m slow` adds the tally
+over ONNX's complete node collection (the numbers in README.md)."""
 
 from __future__ import annotations
 
@@ -19,12 +21,18 @@ from tilec.cli import main  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
 from .graph_refs import HAVE_DEVICE  # noqa: E402
-from .onnx_cases import (UNSUPPORTED, Case, data_cases, is_float32, node_cases,  # noqa: E402
-                         run_case)
+from .onnx_cases import (  # noqa: E402
+    UNSUPPORTED,
+    Case,
+    data_cases,
+    is_float32,
+    node_cases,
+    run_case,
+)
 
 device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
 
-QUICK = node_cases(full=False)
+NODE = node_cases(full=False)
 DATA = data_cases()
 # pytorch-operator's float64 cases hold uninitialised memory (values up to 1e308, denormals)
 # that float32 cannot represent; tilec runs float64 models in float32.
@@ -41,7 +49,7 @@ def _expect(case: Case) -> None:
 
 
 @device
-@pytest.mark.parametrize("case", QUICK, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", NODE, ids=lambda c: c.name)
 def test_node_case(case):
     _expect(case)
 
@@ -56,7 +64,7 @@ def test_pytorch_case(case):
 @pytest.fixture
 def full_set(request):
     if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("the full ONNX backend sets run with -m slow")
+        pytest.skip("the tally over ONNX's complete node collection runs with -m slow")
 
 
 def _tally(cases: list[Case]) -> tuple[Counter, list[str]]:
@@ -84,7 +92,9 @@ def _tally(cases: list[Case]) -> tuple[Counter, list[str]]:
 @device
 @pytest.mark.slow
 def test_full_node_set(full_set, capsys):
-    counts, failed = _tally(node_cases(full=True))
+    cases = node_cases(full=True)
+    assert {c.name for c in cases} == {c.name for c in NODE}  # NODE_MODULES misses none
+    counts, failed = _tally(cases)
     with capsys.disabled():
         print(f"\nONNX node cases using only supported ops: {dict(counts)}", file=sys.stderr)
     assert not failed

@@ -62,7 +62,7 @@ def test_every_pass_keeps_the_numbers(layout):
     g, x, want = conv_bn_relu(layout)
     _, outs = run(g, {"x": x})
     close(outs["y"], want)
-    for name, after in passes.trace(g):
+    for _, after in passes.trace(g):
         close(after.evaluate(x=x)["y"], want)
         _, outs = run(after, {"x": x})
         close(outs["y"], want)
@@ -188,3 +188,23 @@ def test_gemm_scale_bias_activation_fold():
 def test_unknown_pass():
     with pytest.raises(TileError, match="unknown pass 'fold'"):
         passes.trace(Graph(), ["fold"])
+
+
+@device
+def test_scale_bias_activation_variants_fold_into_conv_and_matmul():
+    x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3)
+    a, b = rand(2, 4, 6), rand(6, 5)
+    t1, s2, t2 = rand(1, 3, 1, 1), rand(5), rand(5)
+    g = Graph()
+    xv, av = g.input("x", x.shape), g.input("a", a.shape)
+    c = ops.conv2d(xv, g.constant(w), stride=2)
+    g.output("c", ops.leaky_relu(ops.add(ops.mul(c, 0.5), g.constant(t1)), 0.2))
+    m = ops.matmul(av, g.constant(b))
+    g.output("m", ops.sigmoid(ops.add(ops.mul(m, g.constant(s2)), g.constant(t2))))
+    out = passes.optimize(g)
+    assert ops_of(out) == ["conv", "matmul"]
+    assert [n.get("activation") for n in out.nodes] == ["leaky_relu", "sigmoid"]
+    _, outs = run(out, {"x": x, "a": a})
+    conv = 0.5 * conv_nchw(x, w, stride=(2, 2)) + t1
+    close(outs["c"], np.where(conv > 0, conv, 0.2 * conv))
+    close(outs["m"], sigmoid((a @ b) * s2 + t2))

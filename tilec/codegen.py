@@ -428,8 +428,14 @@ class _Contraction:
         for j, c in enumerate(self.points):
             env = self.point_env(c)
             conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
-            conds += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
-                      if kind == "out"]
+            # Fix (differential): where every element is one point of the box ("bijective"),
+            # an element that a constraint on output indices excludes has no other writer, so
+            # `finish` writes it the empty value; guarding its store left poison there.  Where
+            # an init kernel has written those values, an excluded point may alias another
+            # element (defract), so its store stays guarded.
+            if k_.out_map != "bijective":
+                conds += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
+                          if kind == "out"]
             inner = []
             base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
             inner.append(f"const int o = {base};")
@@ -460,7 +466,7 @@ class _Contraction:
         else:
             lines.append("const int oe = o;")
         val = self.horizontal(acc) if self.sched.dot else acc
-        if self.need_hit or k_.op.default is not None:
+        if self.need_hit or k_.op.default is not None or "out" in self.cons_kind:
             empty = clexpr.literal(0, self.dtype)
             if k_.op.default is not None:
                 dt = self.program.tensors[k_.op.default].dtype

@@ -63,9 +63,6 @@ class Node:
     def get(self, key: str, default: object = None) -> object:
         return self.attrs.get(key, default)
 
-    def with_attrs(self, **changes: object) -> Node:
-        return replace(self, attrs={**self.attrs, **changes})
-
     def __str__(self) -> str:
         attrs = " ".join(f"{k}={_attr_text(v)}" for k, v in self.attrs.items() if v is not None)
         return (f"%{self.output} = {self.op}({', '.join(self.inputs)})"
@@ -256,12 +253,6 @@ class Graph:
     def is_constant(self, name: str) -> bool:
         return name in self.constants
 
-    def producer(self, name: str) -> Node | None:
-        for n in self.nodes:
-            if n.output == name:
-                return n
-        return None
-
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
 
@@ -323,7 +314,7 @@ class Graph:
         lines = [f"graph {self.name}"]
         for k, t in self.inputs.items():
             lines.append(f"  input {k}: {t}")
-        for k, a in self.constants.items():
+        for k in self.constants:
             lines.append(f"  constant {k}: {self._types[k]}")
         lines += [f"  {n}" for n in self.nodes]
         for k, v in self.outputs.items():

@@ -43,13 +43,15 @@ class TileProgram:
 
 
 _RESERVED = {"function", "default", "no_defract"}
+# The lowering's index variables: Tile keeps them apart from tensors, a reader might not.
+_INDEX_LIKE = re.compile(r"n|c|g|m|k|co|ci|[xkibjr]\d+")
 
 
 def _sanitize(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", name)
     if not s or not s[0].isalpha():
         s = "T" + s
-    return s + "_" if s in _RESERVED else s
+    return s + "_" if s in _RESERVED or _INDEX_LIKE.fullmatch(s) else s
 
 
 def lit(v: float | int, dtype: str) -> str:
@@ -116,7 +118,8 @@ def activation_text(node: Node, expr: str) -> str:
     act = node.get("activation")
     if act is None:
         return expr
-    return ew_text(str(act), [expr], dict(node.get("act_attrs", ()) or ()), node.dtype)
+    operand = expr if re.fullmatch(r"\w+", expr) else f"({expr})"
+    return ew_text(str(act), [operand], dict(node.get("act_attrs", ()) or ()), node.dtype)
 
 
 def refinement(src: Sequence[int], dst: Sequence[int]
@@ -259,10 +262,6 @@ def _flat_poly(vs: Sequence[str], shape: Sequence[int]) -> str:
     return affine({v: math.prod(shape[k + 1:]) for k, v in enumerate(vs)})
 
 
-def _idx(xs: Sequence[str]) -> str:
-    return ", ".join(xs)
-
-
 def lower(graph: Graph) -> TileProgram:
     from .lower_ops import EMITTERS
 
@@ -287,6 +286,7 @@ def lower(graph: Graph) -> TileProgram:
             outputs[out] = name
     if not outputs:
         raise TileError(f"graph {graph.name} has no outputs")
+    outputs = {k: outputs[k] for k in graph.outputs}
     params = ", ".join(f"{n}[{_dims(s)}]" for n, (s, _) in em.params.items())
     body = "\n".join("  " + line for line in em.lines)
     source = (f"// graph {graph.name}\nfunction ({params}) -> ({', '.join(outputs.values())}) "

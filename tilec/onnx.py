@@ -83,10 +83,9 @@ class ModelInfo:
         self.model = model
         init = {t.name for t in g.initializer}
         self.inputs = [i for i in g.input if i.name not in init]
+        names = {i.name for i in self.inputs}
         self.static = sorted({n.input[k] for n in g.node for (op, k) in STATIC_OPERANDS
-                              if n.op_type == op and k < len(n.input) and n.input[k]
-                              and n.input[k] not in init})
-        self.static = [s for s in self.static if s in {i.name for i in self.inputs}]
+                              if n.op_type == op and k < len(n.input) and n.input[k] in names})
         self.out_dtypes = {o.name: _np_dtype(o, "output") for o in g.output}
         self.in_dtypes = {i.name: _np_dtype(i, "input") for i in self.inputs}
 
@@ -171,6 +170,7 @@ class OnnxExecutable:
                  hw: HwModel | str | None = None, config: Config | None = None,
                  validate: bool = False, passes: bool | Sequence[str] = True,
                  shapes: Mapping[str, Sequence[int]] | None = None):
+        check_supported(model)
         self.model = model
         self.info = ModelInfo(model)
         self.options = {"device": device, "hw": hw, "config": config, "validate": validate,
@@ -178,9 +178,9 @@ class OnnxExecutable:
         self.shapes = dict(shapes or {})
         self._built: dict[tuple, GraphExecutable] = {}
         self.last: GraphExecutable | None = None
-        check_supported(model)
-        if not self.info.static and all(self.info.declared_shape(i.name) or i.name in self.shapes
-                                        for i in self.info.inputs):
+        if not self.info.static and all(
+                self.info.declared_shape(i.name) is not None or i.name in self.shapes
+                for i in self.info.inputs):
             self.executable_for({})
 
     @property

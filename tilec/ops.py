@@ -116,7 +116,7 @@ def exp(x: Value) -> Value:
     return _elementwise("exp", [x])
 
 
-def clip(x: Value, min: object = None, max: object = None) -> Value:  # noqa: A002
+def clip(x: Value, min: object = None, max: object = None) -> Value:
     """Bounds are numbers (written into the kernel) or graph values (read at run time); a
     scalar constant counts as a number."""
     operands: list[object] = [x]

@@ -111,8 +111,7 @@ def _channel_axis(n: Node) -> int:
 
 def _as_vector(v: Value, c: int) -> Value:
     """A per-channel constant as shape [C] (a scalar stays a scalar)."""
-    size = int(np.prod(v.shape))
-    return v if size == 1 else _reshaped(v, (c,))
+    return _reshaped(v, () if int(np.prod(v.shape)) == 1 else (c,))
 
 
 def _sole_consumer(g: Graph, n: Node) -> Node | None:
@@ -132,7 +131,7 @@ def fold_scale_into_weights(g: Graph) -> Graph:
         if n.op not in CONTRACTIONS or n.get("activation") is not None \
                 or not g.is_constant(n.inputs[1]):
             continue
-        if n.op == "matmul" and g.type(n.inputs[1]).shape.__len__() != 2:
+        if n.op == "matmul" and len(g.type(n.inputs[1]).shape) != 2:
             continue
         m = _sole_consumer(g, n)
         if m is None or m.op != "mul" or m.shape != n.shape or \
@@ -166,6 +165,8 @@ def fold_scale_into_weights(g: Graph) -> Graph:
 
 
 def _bias_fits(g: Graph, c: Node, v: str) -> bool:
+    if v == c.output:  # `y + y` is no bias
+        return False
     if c.op == "conv":
         return _channel_vector(g, v, c.shape, _channel_axis(c))
     try:
@@ -212,7 +213,8 @@ def fuse_bias_activation(g: Graph) -> Graph:
             if c.op == "conv":
                 t = _as_vector(t, c.shape[_channel_axis(c)])
                 if t.shape == ():
-                    t = ops.mul(out.constant(np.ones(c.shape[_channel_axis(c)])), t)
+                    ones = out.constant(np.ones(c.shape[_channel_axis(c)]))
+                    t = _named(ops.mul(ones, t), f"{c.output}_bias")
             elif c.op == "gemm" and len(inputs) > 2 and attrs["beta"] != 1:
                 inputs[2] = ops.mul(out.value(inputs[2]), attrs["beta"]).name
             if len(inputs) > 2:
@@ -265,20 +267,29 @@ def _merge(e: Node, f: Node) -> Node:
 
 
 def fuse_elementwise(g: Graph) -> Graph:
-    nodes = list(g.nodes)
-    changed = True
-    while changed:
-        changed = False
-        cur = g.derive(nodes)
-        for e in nodes:
-            f = _sole_consumer(cur, e) if e.op in ops.ELEMENTWISE else None
-            if f is None or f.op not in ops.ELEMENTWISE or f.shape != e.shape:
-                continue
-            merged = _inline_scalars(cur, _merge(e, f))
-            nodes = [merged if n is f else n for n in nodes if n is not e]
-            changed = True
-            break
-    return g.derive(nodes)
+    # In program order, so a node's producers are already fused when it is reached.
+    uses: dict[str, int] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            uses[i] = uses.get(i, 0) + 1
+    for v in g.outputs.values():
+        uses[v] = uses.get(v, 0) + 1
+    # An operand read twice by the merged node counts twice here: that only stops a fusion.
+    current: dict[str, Node] = {}
+    order: list[str] = []
+    for n in g.nodes:
+        while n.op in ops.ELEMENTWISE:
+            e = next((current[i] for i in n.inputs if i in current and uses[i] == 1
+                      and current[i].op in ops.ELEMENTWISE
+                      and current[i].shape == n.shape), None)
+            if e is None:
+                break
+            n = _inline_scalars(g, _merge(e, n))
+            del current[e.output]
+            order.remove(e.output)
+        current[n.output] = n
+        order.append(n.output)
+    return g.derive([current[k] for k in order])
 
 
 PASSES: dict[str, Callable[[Graph], Graph]] = {

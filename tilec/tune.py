@@ -10,7 +10,9 @@ their source and are launched with the local sizes of `worksize.elementwise_loca
 Every candidate first runs the whole program with the outputs poisoned and is compared with the
 numpy reference; only a correct one is timed (OpenCL profiling events: warm-up launches, then the
 median of `repeat`, rotating among copies of the input buffers so that the caches hold no more
-than a real run would find).  A `timer` callable may replace the measurement (tests).
+than a real run would find).  Candidates are timed together in interleaved rounds, and the
+local-size phase times the tiles again with its own candidates, so that load on the machine
+shifts every time in a report alike.  A `timer` callable may replace the measurement (tests).
 
 The report card per contraction: Spearman's rho between the model's rank and the measured rank of
 the top-k tiles, and regret = time of the model's first choice / the best tile's time.
@@ -213,7 +215,10 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
                     seen.add((c.tile, c.local_size))
                     extra.append(c)
         run.total += len(extra)
-        results += run.measure(extra)
+        # The tiles are timed again with the local sizes: one set of rounds, one clock.
+        timed = run.measure(extra, retime=tile_ok)
+        again = {id(m.candidate): t for m, t in zip(tile_ok, timed[len(extra):], strict=True)}
+        results = [again.get(id(m.candidate), m) for m in results] + timed[:len(extra)]
     ok = [m for m in results if m.status == "ok"]
     tile_ok = [m for m in ok if m.candidate.phase == "tile"]
     rho = spearman([m.candidate.rank for m in tile_ok], [m.seconds for m in tile_ok])
@@ -269,9 +274,12 @@ class _Runner:
         self.done = 0
         self.total = 0
 
-    def measure(self, cands: Sequence[Candidate], first: bool = False) -> list[Measurement]:
-        """`first`: the first candidate is measured even past the budget (each kernel gets
-        at least its model's choice measured)."""
+    def measure(self, cands: Sequence[Candidate], first: bool = False,
+                retime: Sequence[Measurement] = ()) -> list[Measurement]:
+        """Validate and time `cands`; the results come back in order, followed by new timings
+        of `retime` (candidates already found correct), taken in the same rounds so that every
+        time in a report compares with every other.  `first`: the first candidate is measured
+        even past the budget (each kernel gets at least its model's choice measured)."""
         out: list[Measurement] = []
         passed: list[tuple[int, Candidate, object]] = []
         for i, c in enumerate(cands):
@@ -286,6 +294,9 @@ class _Runner:
             self.done += 1
             if self.progress is not None:
                 self.progress(self.done, max(self.total, self.done), f"{c.kernel} {c.label()}")
+        for m in retime:
+            out.append(m)
+            passed.append((len(out) - 1, m.candidate, self.bench.kernel_for(m.candidate.source)))
         if self.timer is not None:
             secs = [float(self.timer(c)) for _, c, _ in passed]
         else:
@@ -416,13 +427,16 @@ class _Bench:
     def time(self, runs: Sequence[tuple[KernelSource, object]], warmup: int,
              repeat: int) -> list[float]:
         """Median event time of each (source, kernel), timed in interleaved rounds.  Launch n
-        reads input copy n mod copies: consecutive launches never share a copy, so no candidate
-        (the first of a round, say) is the one that always finds its inputs out of cache."""
+        reads input copy n mod copies, so consecutive launches never share a copy, and each
+        round starts one candidate later, so that no candidate always runs in the same place
+        (the first of a round once always found its inputs out of cache)."""
         rt = self.runtime
         times: list[list[float]] = [[] for _ in runs]
         n = 0
         for i in range(warmup + repeat):
-            for j, (src, kernel) in enumerate(runs):
+            for step in range(len(runs)):
+                j = (i + step) % len(runs)
+                src, kernel = runs[j]
                 ev = rt.launch(kernel, src.global_size, src.local_size,
                                self._args(src, n % len(self.copies)))
                 n += 1
