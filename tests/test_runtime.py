@@ -53,3 +53,26 @@ def test_validate_flag_checks_every_call():
                         validate=True)
     exe(A=np.linspace(-1, 1, 64, dtype=np.float32))
     assert exe.last_validation is not None and exe.last_validation.ok
+
+
+def test_threads_capped_by_device_and_kernel_limits(monkeypatch):
+    import dataclasses
+
+    import numpy as np
+
+    from tilec.hw import HwModel
+
+    rt = Runtime.get(None)
+    big = dataclasses.replace(HwModel.load("nvidia-h100"), threads=2 * rt.max_wg)
+    src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+    exe = tilec.compile(src, {"A": (64, 48), "B": (48, 64)}, hw=big, validate=True)
+    assert all(k.local_size is None or k.local_size <= rt.max_wg for k in exe.kernels)
+    rng = np.random.default_rng(0)
+    exe(A=rng.uniform(-1, 1, (64, 48)), B=rng.uniform(-1, 1, (48, 64)))
+
+    # A driver that allows only 32 work-items for these kernels: tilec plans fewer threads.
+    monkeypatch.setattr(Runtime, "max_work_group", lambda self, kernel: 32)
+    exe = tilec.compile(src, {"A": (64, 48), "B": (48, 64)}, hw="nvidia-h100", validate=True)
+    assert all(k.local_size is None or k.local_size <= 32 for k in exe.kernels)
+    exe(A=rng.uniform(-1, 1, (64, 48)), B=rng.uniform(-1, 1, (48, 64)))
+    assert exe.last_validation.ok

@@ -172,6 +172,18 @@ class Executable:
         self._kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
         self._buffers: dict[str, object] = {}
 
+    def work_group_limit(self) -> int | None:
+        """The smallest maximum work-group size the driver allows for a kernel whose fixed
+        work-group size exceeds it, or None when every kernel can be launched as planned."""
+        worst = None
+        for s in self.sources:
+            if s.local_size is None:
+                continue
+            most = self.runtime.max_work_group(self._kernels[s.name])
+            if most < s.local_size:
+                worst = most if worst is None else min(worst, most)
+        return worst
+
     @property
     def digest(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
@@ -307,10 +319,28 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     plan = plan_kernels(program)
     runtime = Runtime.get(config.device)
     model = _hw_for(hw, config, runtime)
+    if config.threads is None and model.threads > runtime.max_wg:
+        # A model written for a bigger device: plan no more threads than this one takes.
+        config = replace(config, threads=_floor_pow2(runtime.max_wg))
     tuned = _lookup_records(plan, model, config, runtime)
-    sources, searches = generate(plan, model, config, tuned=tuned)
-    return Executable(program, plan, sources, runtime, model, config, validate=validate,
-                      searches=searches, tuned=tuned)
+    while True:
+        sources, searches = generate(plan, model, config, tuned=tuned)
+        exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
+                         searches=searches, tuned=tuned)
+        limit = exe.work_group_limit()
+        if limit is None:
+            return exe
+        # A kernel needs more registers a thread than a full work-group leaves it: the driver
+        # caps its work-group size, so plan fewer threads and build again.
+        config = replace(config, threads=_floor_pow2(limit))
+        tuned = {}
+
+
+def _floor_pow2(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
 
 
 def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,

@@ -195,6 +195,15 @@ class Runtime:
             return None
         return bytes(binaries[0]) if binaries and binaries[0] else None
 
+    def max_work_group(self, kernel) -> int:
+        """CL_KERNEL_WORK_GROUP_SIZE: what this kernel can be launched with on this device."""
+        cl = self.cl
+        try:
+            return int(kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                                  self.device))
+        except cl.Error:
+            return self.max_wg
+
     def kernel(self, program, name: str):
         # cl.Kernel rather than getattr: programs are shared between executables through the
         # cache, and pyopencl warns when one program's kernel is fetched by name twice.
