@@ -18,6 +18,18 @@ from .fuse import ContractionKernel
 from .schedule import Schedule, constrained
 
 LANES = "0123456789abcdef"
+# Generated kernels compute element offsets in OpenCL `int`.
+INT_MAX = 2**31 - 1
+
+
+def check_int_offsets(what: str, lo: int, hi: int) -> None:
+    """Fix (limits): a tensor past 2**31 elements fits some devices' allocations (4 GiB of
+    bool on PoCL, 8 GiB of float32 on a large GPU) but its offsets wrapped around in the
+    kernel: out-of-bounds accesses instead of an error."""
+    if lo < -INT_MAX - 1 or hi > INT_MAX:
+        raise TileCheckError(f"{what} reaches element offset {hi if hi > INT_MAX else lo}; "
+                             f"tilec's kernels index with 32-bit integers (at most {INT_MAX} "
+                             "elements per tensor)")
 
 
 @dataclass(frozen=True)
@@ -501,6 +513,9 @@ class _Contraction:
 
     def render(self) -> KernelSource:
         f, s, k_ = self.flat, self.sched, self.kernel
+        for t in f.tensors:
+            lo, hi = self.offset_bounds(t.strides, t.offset)
+            check_int_offsets(f"tensor {t.name} of `{k_.op.text}`", lo, max(hi, t.size))
         args = self.args()
         bufs, staging, staging_pre = self.staging()
         outer, inner = self.loops()

@@ -21,6 +21,7 @@ from .config import Config
 from .errors import Source, TileError, ValidationError
 from .fuse import ContractionKernel, KernelPlan, plan_kernels
 from .hw import HwModel
+from .memory import plan_memory
 from .records import TuneRecord, with_local_size
 from .runtime import Runtime, event_seconds
 from .schedule import make_schedule
@@ -170,7 +171,10 @@ class Executable:
         self._cl_program = built if built is not None else runtime.build(
             self.source, config.build_options, config)
         self._kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
-        self._buffers: dict[str, object] = {}
+        keep = set(program.inputs) | set(program.outputs)
+        self.memory = plan_memory(sources, sizes, keep)
+        self._buffers: dict[object, object] = {}
+        self._bound: dict[str, np.ndarray] = {}
 
     def work_group_limit(self) -> int | None:
         """The smallest maximum work-group size the driver allows for a kernel whose fixed
@@ -189,9 +193,20 @@ class Executable:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
     def _buffer(self, name: str):
-        if name not in self._buffers:
-            self._buffers[name] = self.runtime.buffer(self._sizes[name])
-        return self._buffers[name]
+        slot = self.memory.slot_of.get(name)
+        key: object = name if slot is None else ("pool", slot)
+        if key not in self._buffers:
+            nbytes = self._sizes[name] if slot is None else self.memory.slot_bytes[slot]
+            self._buffers[key] = self.runtime.buffer(nbytes)
+        return self._buffers[key]
+
+    def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Upload inputs that stay the same between calls (weights) once; later calls may
+        leave them out."""
+        prepared = self._inputs(arrays, partial=True)
+        for name, arr in prepared.items():
+            self.runtime.upload(self._buffer(name), arr)
+        self._bound.update(prepared)
 
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)
@@ -199,10 +214,15 @@ class Executable:
     def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
             repeat: int = 1) -> dict[str, np.ndarray]:
         """Run every kernel `repeat` times (timings: the median per kernel), return outputs."""
-        prepared = self._inputs(arrays)
+        given = self._inputs(arrays, partial=bool(self._bound))
         rt = self.runtime
-        for name, arr in prepared.items():
+        for name, arr in given.items():
             rt.upload(self._buffer(name), arr)
+        prepared = {**self._bound, **given}
+        missing = [n for n in self.program.inputs if n not in prepared]
+        if missing:
+            t = self.program.tensors[missing[0]]
+            raise TileError(f"no array given for input {missing[0]} (shape {list(t.shape)})")
         if poison:
             for name in self._sizes:
                 if name not in self.program.inputs:
@@ -235,10 +255,13 @@ class Executable:
                                       f"{self.last_validation.worst}")
         return outs
 
-    def _inputs(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
+                partial: bool = False) -> dict[str, np.ndarray]:
         out = {}
         for name in self.program.inputs:
             t = self.program.tensors[name]
+            if name not in arrays and partial:
+                continue
             if name not in arrays:
                 raise TileError(f"no array given for input {name} (shape {list(t.shape)})")
             a = np.asarray(arrays[name])

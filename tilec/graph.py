@@ -354,6 +354,8 @@ class GraphExecutable:
         self.graph = graph
         self.program = program
         self.executable = executable
+        # Weights go to the device once, not on every call.
+        executable.bind(program.bound)
 
     @classmethod
     def build(cls, graph: Graph, *, device: str | None = None,
@@ -396,8 +398,7 @@ class GraphExecutable:
         return self.run(arrays)
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The compiled program's inputs: the caller's arrays under their Tile names, and the
-        constants."""
+        """The caller's arrays under their Tile names (the constants are bound already)."""
         missing = [k for k in self.graph.inputs if k not in arrays]
         if missing:
             t = self.graph.inputs[missing[0]]
@@ -405,10 +406,7 @@ class GraphExecutable:
         extra = sorted(set(arrays) - set(self.graph.inputs))
         if extra:
             raise TileError(f"unknown input {extra[0]} (inputs: {', '.join(self.graph.inputs)})")
-        out = dict(self.program.bound)
-        for k, tile_name in self.program.inputs.items():
-            out[tile_name] = arrays[k]
-        return out
+        return {tile_name: arrays[k] for k, tile_name in self.program.inputs.items()}
 
     def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
             repeat: int = 1) -> dict[str, np.ndarray]:
