@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 
 from . import clexpr, ir
+from .errors import TileCheckError
 from .flat import FlatContraction
 from .flatten import operand_strides
 from .fuse import ContractionKernel
@@ -199,7 +200,9 @@ class _Contraction:
             out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
                        f" grp /= {self.counts[k]};")
         out.append("int thr = get_local_id(0);")
-        for k in self.out_idx:
+        # Neighbouring threads take neighbouring elements of the output's lowest-stride index:
+        # their stores coalesce and their vector reads of local memory are conflict-free.
+        for k in sorted(self.out_idx, key=lambda k: abs(f.output.strides[k])):
             n = f.names[k]
             out.append(f"const int h_{n} = thr % {s.threads[k]}; thr /= {s.threads[k]};")
         for k in self.out_idx:
@@ -261,7 +264,12 @@ class _Contraction:
             elems = prod(m[0] for m in st.merged)
             load = clexpr.load(buf(t.name), "g", t.dtype)
             fill = clexpr.literal(0, t.dtype)
-            store = f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};"
+            # Tiles that never reach past the tensor's ends copy without a bounds test.
+            lo, hi = self.offset_bounds(t.strides, t.offset)
+            safe = lo >= 0 and hi < t.size and all(
+                self.counts[k] * self.sched.tile[k] == f.ranges[k] for k in range(len(f.names)))
+            store = (f"s_{i}[{{l}}] = {load};" if safe else
+                     f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
             per = -(-elems // T)
             bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}]")
             dims = " x ".join(str(m[0]) for m in st.merged)
@@ -515,7 +523,8 @@ class _Contraction:
         f, s, k_ = self.flat, self.sched, self.kernel
         for t in f.tensors:
             lo, hi = self.offset_bounds(t.strides, t.offset)
-            check_int_offsets(f"tensor {t.name} of `{k_.op.text}`", lo, max(hi, t.size))
+            check_int_offsets(f"tensor {t.name} of `{k_.op.text}`", lo,
+                              max(hi + self.W - 1, t.size))
         args = self.args()
         bufs, staging, staging_pre = self.staging()
         outer, inner = self.loops()
