@@ -133,8 +133,8 @@ class _Contraction:
         env.update({k: self.names[k] for k in self.red_idx})
         return env
 
-    def rel(self, k: int, a: int) -> str:
-        return f"q_{self.flat.names[k]}_{a}"
+    def rel(self, k: int, a: int, raw: bool = False) -> str:
+        return f"{'w' if raw else 'q'}_{self.flat.names[k]}_{a}"
 
     # offsets and loads -----------------------------------------------------------------------
     def offset_bounds(self, strides: tuple[int, ...], off: int) -> tuple[int, int]:
@@ -211,6 +211,10 @@ class _Contraction:
             for a in range(self.acc[k]):
                 rel = f"(h_{n} + {a * s.threads[k]})" if a else f"h_{n}"
                 rel = f"{rel} * {lanes}" if lanes > 1 else rel
+                if s.ragged(k):
+                    # Past the tile's end: redo its last point (in bounds, never stored).
+                    out.append(f"const int {self.rel(k, a, raw=True)} = {rel};")
+                    rel = f"min({self.rel(k, a, raw=True)}, {s.tile[k] - lanes})"
                 out.append(f"const int {self.rel(k, a)} = {rel};")
                 out.append(f"const int {self.pos(k, a)} = o_{n} + {self.rel(k, a)};")
         return out
@@ -448,6 +452,8 @@ class _Contraction:
         for j, c in enumerate(self.points):
             env = self.point_env(c)
             conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
+            conds += [f"{self.rel(k, a, raw=True)} < {self.sched.tile[k]}"
+                      for k, a in zip(self.out_idx, c, strict=True) if self.sched.ragged(k)]
             # Fix (differential): where every element is one point of the box ("bijective"),
             # an element that a constraint on output indices excludes has no other writer, so
             # `finish` writes it the empty value; guarding its store left poison there.  Where

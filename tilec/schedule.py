@@ -57,8 +57,15 @@ class Schedule:
         """Accumulator points per thread along each output index (1 elsewhere)."""
         out = []
         for k in range(len(self.tile)):
-            out.append(self.units(k) // self.threads[k] if k in self.flat.out_indices else 1)
+            out.append(-(-self.units(k) // self.threads[k]) if k in self.flat.out_indices
+                       else 1)
         return tuple(out)
+
+    def ragged(self, k: int) -> bool:
+        """Whether threads x accumulators overshoot index k's tile (the extra points repeat
+        the tile's last one and are never stored)."""
+        return k in self.flat.out_indices and \
+            self.threads[k] * self.acc_counts()[k] > self.units(k)
 
 
 def constrained(flat: FlatContraction) -> set[int]:
@@ -118,8 +125,9 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
                   vec_index: int | None, lanes: int) -> list[int]:
     """Threads per output index (powers of two dividing each index's units).
 
-    Most threads first (they hide latency); then the split whose register tile needs the
-    fewest operand loads per FMA (a square-ish tile: for a matmul 8x8 beats 32x2); then more
+    Most threads first (they hide latency); then the least repeated work where threads do not
+    divide a tile evenly; then the split whose register tile needs the fewest operand loads
+    per FMA (a square-ish tile: for a matmul 8x8 beats 32x2); then more
     threads on the output's lowest-stride index, so neighbouring threads store neighbouring
     elements."""
     outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
@@ -132,10 +140,12 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
             total *= t
         if total > budget:
             continue
-        acc = {k: units[k] // t for k, t in zip(outs, combo, strict=True)}
+        acc = {k: -(-units[k] // t) for k, t in zip(outs, combo, strict=True)}
         fmas = 1
-        for a in acc.values():
-            fmas *= a
+        useful = 1
+        for k in outs:
+            fmas *= acc[k]
+            useful *= units[k]
         loads = 0
         for t_in in flat.inputs:
             n = 1
@@ -143,7 +153,8 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
                 if t_in.strides[k] != 0:
                     n *= acc[k]
             loads += n
-        key = (-total, loads / fmas, -(combo[0] if combo else 1))
+        waste = round(total * fmas / useful, 3)
+        key = (-total, waste, loads / fmas, -(combo[0] if combo else 1))
         if best_key is None or key < best_key:
             best, best_key = combo, key
     th = [1] * len(tile)
@@ -153,10 +164,13 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
 
 
 def _pow2s(n: int, cap: int) -> list[int]:
-    """Powers of two up to cap that divide n."""
+    """Powers of two up to cap and up to the first one reaching n (an odd tile of 7 may
+    take 8 threads, one of which repeats a point)."""
     out, t = [], 1
-    while t <= cap and n % t == 0:
+    while t <= cap:
         out.append(t)
+        if t >= n:
+            break
         t *= 2
     return out
 
