@@ -96,3 +96,14 @@ def test_fused_relu_is_one_kernel_and_intermediate_not_written():
 def test_forced_partial_tiles(tile, hw):
     src, shapes = CASES["conv_same_relu"]
     run_case(src, shapes, hw=hw, tiles={"*": tile})
+
+
+def test_odd_tiles_get_full_work_groups():
+    # 7x7 spatial tiles do not split evenly over power-of-two threads: the extra threads repeat
+    # the tile's last point and must never store it.
+    src, shapes = CASES["conv_same_relu"]
+    tile = {"ci": 8, "co": 2, "i": 3, "j": 3, "n": 1, "x": 7, "y": 7}
+    exe = run_case(src, {"D": (2, 14, 14, 8), "K": (3, 3, 2, 8)}, hw="nvidia-h100",
+                   tiles={"*": tile})
+    (k,) = exe.kernels
+    assert k.local_size >= 32 and "min(w_" in exe.source
