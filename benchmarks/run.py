@@ -1,123 +1,274 @@
 """tilec benchmarks against the peers a user would pick instead, measured side by side in one run.
 
-    python benchmarks/run.py [--suite cpu|gpu] [--repeat N] [--device SUBSTRING]
+    python benchmarks/run.py [--suite cpu] [--repeat N] [--budget S] [--only SUBSTRINGS]
+                             [--plaidml-python PATH] [--device SUBSTRING]
 
-Every figure is the median of N timed runs after a warm-up; inputs are random and every tilec
-result is validated against the numpy reference before its time is reported.  tilec's time is
-the kernels' OpenCL event time; numpy's is wall time of the call (its data is already in memory).
-Prints a markdown table (paste into BENCHMARKS.md with the machine, date and command)."""
+The CPU suite (benchmarks/suite.py): fp32 matmul 256..4096 and 4096x4096x1024, the seed's
+conv 3x3 + ReLU at N=1 56x56 and 224x224 (64->64), a depthwise 3x3, 2x2 max pooling and a
+softmax over 1000 columns.  Peers: numpy/OpenBLAS (matmul; as the environment has it, and again
+in a process with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset when they are set), onnxruntime
+(conv, depthwise, pooling, softmax) and PlaidML 0.7.0 on `llvm_cpu.0` running the same Tile
+text in its own venv (benchmarks/plaidml_runner.py).  Then compile figures for the seed conv:
+tilec cold and cached in fresh processes, PlaidML's first call.
+
+Every figure is the median of repeated runs after a warm-up (at most --repeat, fewer when they
+would take more than --budget seconds, never fewer than 3); inputs are random and every result,
+tilec's and each peer's, is checked against the numpy reference before its time counts.
+tilec's time is the kernels' OpenCL event time (the model's first-choice tile, no tuning
+records); its wall time per run (launch + wait) is shown beside it.  Peers' times are wall
+times of the call (numpy, onnxruntime) or of the invocation and wait (PlaidML).
+
+Prints markdown tables (paste into BENCHMARKS.md), writes the figures as JSON
+(benchmarks/results-cpu.json) and, with matplotlib, the roofline (benchmarks/roofline-cpu.png)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-import tilec  # noqa: E402
-from tilec.cli import random_array  # noqa: E402
+import harness  # noqa: E402
+import suite  # noqa: E402
 
-MATMUL = (ROOT / "examples" / "matmul.tile").read_text()
-CONV = (ROOT / "examples" / "conv_relu.tile").read_text()
-
-
-def median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+DEFAULT_PLAIDML_PYTHON = "/tmp/plaidml-venv/bin/python"
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+NUMPY_UNSET = "numpy (OPENBLAS_* unset)"
+PEERS = ["numpy", NUMPY_UNSET, "onnxruntime", "PlaidML"]
 
 
-def tilec_case(src: str, shapes: dict, repeat: int, device: str | None):
-    t0 = time.perf_counter()
-    exe = tilec.compile(src, shapes, device=device)
-    compile_s = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    arrays = {n: random_array(rng, exe.program.tensors[n].shape, exe.program.tensors[n].dtype)
-              for n in exe.program.inputs}
-    outs = exe.run(arrays, poison=True)
-    v = exe.check(exe._inputs(arrays), outs)
-    if not v.ok:
-        raise SystemExit(f"validation failed: {v.worst}")
-    exe.run(arrays, repeat=repeat)
-    seconds = sum(exe.last_timings.values())
-    flops = sum(k.flops for k in exe.kernels)
-    tiles = "; ".join(" ".join(f"{n}={t}" for n, t in k.tile.items()) for k in exe.kernels
-                      if k.tile)
-    return seconds, flops, tiles, compile_s, arrays, exe
+def copy_bandwidth(mib: int = 512, repeat: int = 10) -> float:
+    """Bytes/s of a large numpy copy (read + write), the best of one and of two threads (numpy
+    drops the GIL while copying, so two threads copy halves in parallel)."""
+    n = mib * 2**20 // 4
+    src = np.random.default_rng(1).random(n, dtype=np.float32)
+    dst = np.empty_like(src)
+    best = 0.0
+    for threads in (1, os.cpu_count() or 1):
+        parts = np.array_split(np.arange(n), threads)
+        spans = [(int(p[0]), int(p[-1]) + 1) for p in parts]
+        with ThreadPoolExecutor(threads) as pool:
+            def copy(span):
+                np.copyto(dst[span[0]:span[1]], src[span[0]:span[1]])
+
+            times = []
+            for _ in range(repeat + 1):
+                t = time.perf_counter()
+                list(pool.map(copy, spans))
+                times.append(time.perf_counter() - t)
+        best = max(best, 2 * src.nbytes / statistics.median(times[1:]))
+    return best
 
 
-def numpy_conv(d: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """3x3 same conv + ReLU as nine shifted matrix products (BLAS does the work)."""
-    n, x, y, ci = d.shape
-    co = k.shape[2]
-    pad = np.zeros((n, x + 2, y + 2, ci), np.float32)
-    pad[:, 1:-1, 1:-1] = d
-    out = np.zeros((n * x * y, co), np.float32)
-    for i in range(3):
-        for j in range(3):
-            out += pad[:, i:i + x, j:j + y].reshape(-1, ci) @ k[i, j].T
-    return np.maximum(out, 0).reshape(n, x, y, co)
+def fma_peak(threads: int) -> tuple[float, float] | None:
+    """(all threads, one thread) GFLOP/s of benchmarks/fma_peak.c, or None without a C
+    compiler or AVX-512."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        exe = f"{d}/fma_peak"
+        try:
+            subprocess.run([cc, "-O2", "-mavx512f", "-pthread", "-o", exe,
+                            str(HERE / "fma_peak.c")], check=True, capture_output=True)
+            # Best of three runs: a neighbour's burst only ever lowers the figure.
+            runs = [subprocess.run([exe, str(threads)], check=True, capture_output=True,
+                                   text=True).stdout.split() for _ in range(3)]
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    return max(float(r[0]) for r in runs), max(float(r[1]) for r in runs)
 
 
-def cpu_suite(repeat: int, device: str | None) -> list[dict]:
-    rows = []
-    for size in (1024,):
-        shapes = {"A": (size, size), "B": (size, size)}
-        secs, flops, tiles, comp, arrays, _ = tilec_case(MATMUL, shapes, repeat, device)
-        a, b = arrays["A"], arrays["B"]
-        np_secs = median_time(lambda a=a, b=b: a @ b, repeat)
-        rows.append(dict(kernel=f"matmul {size}^3 fp32", tilec=flops / secs * 1e-9,
-                         peer="numpy (OpenBLAS)", peer_gflops=flops / np_secs * 1e-9,
-                         tilec_ms=secs * 1e3, peer_ms=np_secs * 1e3, tile=tiles,
-                         compile_s=comp))
-    shapes = {"D": (1, 56, 56, 64), "K": (3, 3, 64, 64)}
-    secs, flops, tiles, comp, arrays, exe = tilec_case(CONV, shapes, repeat, device)
-    d, k = arrays["D"], arrays["K"]
-    ref = numpy_conv(d, k)
-    got = exe(D=d, K=k)["R"]
-    assert np.allclose(ref, got, rtol=1e-3, atol=1e-3), "numpy conv peer disagrees"
-    np_secs = median_time(lambda: numpy_conv(d, k), repeat)
-    rows.append(dict(kernel="conv 3x3 same + ReLU, N=1 56x56 64->64", tilec=flops / secs * 1e-9,
-                     peer="numpy (9 shifted GEMMs)", peer_gflops=flops / np_secs * 1e-9,
-                     tilec_ms=secs * 1e3, peer_ms=np_secs * 1e3, tile=tiles, compile_s=comp))
-    return rows
+def cpu_clock_ghz() -> float:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1e3
+    except OSError:
+        pass
+    return 0.0
+
+
+def blas_arch() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "? (threadpoolctl not installed)"
+    return ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')} "
+                     f"({i.get('num_threads')} threads)" for i in threadpool_info()
+                     if i.get("user_api") == "blas")
+
+
+def cpu_suite(args, config, notes: list[str]) -> tuple[list, list]:
+    import onnxruntime  # noqa: F401 - fail early, not in the middle of the run
+
+    plaidml_python = args.plaidml_python if Path(args.plaidml_python).exists() else None
+    if plaidml_python is None:
+        notes.append(f"PlaidML: n/a ({args.plaidml_python} not found; create it with "
+                          "`python3 -m venv /tmp/plaidml-venv && /tmp/plaidml-venv/bin/pip "
+                          "install plaidml==0.7.0 numpy`)")
+    pl_env = harness.plaidml_env({"PLAIDML_DEVICE_IDS": "llvm_cpu.0"})
+    unset_env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
+    want_unset = any(k in os.environ for k in OPENBLAS_VARS) and not args.no_numpy_unset
+    skip = [s.strip().lower() for s in (args.skip or "").split(",") if s.strip()]
+    cases = [c for c in suite.select(suite.cpu_cases(), args.only)
+             if not any(s == c.name.lower() for s in skip)]
+    results = []
+    for case in cases:
+        print(f"[{time.strftime('%H:%M:%S')}] {case.name} (load {harness.loadavg()})",
+              file=sys.stderr, flush=True)
+        res, arrays, ref, exe = harness.measure_tilec(case, config, args.repeat, args.budget)
+        results.append(res)
+        if arrays is None:
+            print(f"  tilec: {res.error}", file=sys.stderr)
+            continue
+        for name, build in (("numpy", suite.numpy_peer),
+                            ("onnxruntime", suite.onnxruntime_peer)):
+            entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget)
+            if entry is not None:
+                res.peers[name] = entry
+        with tempfile.TemporaryDirectory(prefix="tilec-bench-") as d:
+            data = Path(d)
+            harness.write_data(data, arrays, ref, case.source)
+            if case.op == "matmul" and want_unset:
+                r = harness.run_json([sys.executable, str(HERE / "numpy_runner.py"), "--data",
+                                      d, "--repeat", str(args.repeat), "--budget",
+                                      str(args.budget)], unset_env, 1200)
+                res.peers[NUMPY_UNSET] = ({"s": r["median_s"], "blas": r.get("blas")}
+                                          if r.get("ok") else
+                                          {"s": None, "note": r.get("error", "wrong result")})
+            if plaidml_python:
+                res.peers["PlaidML"] = harness.plaidml_peer(
+                    plaidml_python, pl_env, data, case, args.repeat, args.budget)
+        del arrays, ref, exe
+        summary = ", ".join(f"{k} {v['s'] * 1e3:.2f} ms" if v.get("s") else f"{k} n/a"
+                            for k, v in res.peers.items())
+        print(f"  tilec {res.tilec_s * 1e3:.2f} ms; {summary}", file=sys.stderr, flush=True)
+    compile_rows = []
+    if not args.no_compile:
+        print(f"[{time.strftime('%H:%M:%S')}] compile figures", file=sys.stderr, flush=True)
+        seed = suite.conv(1, 56, 64)
+        compile_rows = harness.compile_figures(
+            seed, dict(os.environ), args.device,
+            harness.plaidml_first_calls(plaidml_python, pl_env, seed) if plaidml_python
+            else None)
+    return results, compile_rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", default="cpu", choices=["cpu"])
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--device")
+    ap.add_argument("--suite", default="cpu", choices=["cpu"],
+                    help="the GPU suite is benchmarks/gpu.py (run on the GPU host)")
+    ap.add_argument("--repeat", type=int, default=20, help="most timed runs a measurement")
+    ap.add_argument("--budget", type=float, default=15.0,
+                    help="seconds one measurement's repeats may take (fewer repeats past it)")
+    ap.add_argument("--device", help="OpenCL device substring (default: tilec's choice)")
+    ap.add_argument("--only", help="comma-separated substrings of kernel names to run")
+    ap.add_argument("--skip", help="comma-separated exact kernel names to leave out")
+    ap.add_argument("--plaidml-python", default=DEFAULT_PLAIDML_PYTHON,
+                    help="python of a venv with plaidml==0.7.0 and numpy")
+    ap.add_argument("--no-numpy-unset", action="store_true",
+                    help="skip numpy with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compile figures")
+    ap.add_argument("--clock-ghz", type=float, default=None,
+                    help="peak FLOP/s = cores x --flops-per-cycle x this (default: the clock "
+                    "benchmarks/fma_peak.c runs at, else /proc/cpuinfo's cpu MHz)")
+    ap.add_argument("--flops-per-cycle", type=float, default=64.0,
+                    help="fp32 FLOP per cycle per core (default 64: two 512-bit FMA pipes)")
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="GB/s for the roofline (default: measured with a numpy copy)")
+    ap.add_argument("--json", default=str(HERE / "results-cpu.json"))
+    ap.add_argument("--png", default=str(HERE / "roofline-cpu.png"))
     args = ap.parse_args()
+
+    # A PoCL kernel cache of our own, empty: every compile figure in the table is a cold build.
+    os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilec-bench-pocl-")
+    from tilec.config import Config
     from tilec.runtime import Runtime
 
     rt = Runtime.get(args.device)
-    rows = cpu_suite(args.repeat, args.device)
-    print(f"date: {datetime.date.today()}  machine: {platform.machine()} "
-          f"{platform.processor() or ''} ({rt.device.max_compute_units} compute units)")
-    print(f"device: {rt.info.label}; platform {rt.info.platform_version}")
-    print(f"numpy {np.__version__}; command: python benchmarks/run.py "
-          + " ".join(sys.argv[1:]))
+    config = Config(device=args.device, use_tuning_records=False,
+                    cache_dir=Path(tempfile.mkdtemp(prefix="tilec-bench-cache-")))
+    load_start = harness.loadavg()
+    cores = os.cpu_count() or 1
+    measured = None if args.clock_ghz else fma_peak(cores)
+    if args.clock_ghz:
+        ghz, how = args.clock_ghz, "clock given"
+    elif measured:
+        # The clock the FMA loop ran at: turbo is above the nominal /proc/cpuinfo figure.
+        ghz = measured[0] * 1e9 / (cores * args.flops_per_cycle * 1e9)
+        how = (f"clock from an AVX-512 FMA loop, {measured[0]:.0f} GFLOP/s on {cores} threads, "
+               f"{measured[1]:.0f} on one; /proc/cpuinfo says {cpu_clock_ghz():.2f} GHz")
+    else:
+        ghz, how = cpu_clock_ghz(), "clock from /proc/cpuinfo"
+    bw = args.bandwidth * 1e9 if args.bandwidth else copy_bandwidth()
+    peaks = {"flops": cores * args.flops_per_cycle * ghz * 1e9, "bytes": bw}
+    notes: list[str] = []
+    results, compile_rows = cpu_suite(args, config, notes)
+    load_end = harness.loadavg()
+
+    import onnxruntime
+
+    pl_version = next((r.peers["PlaidML"].get("version") for r in results
+                       if r.peers.get("PlaidML", {}).get("version")), None)
+    meta = {
+        "date": str(datetime.date.today()),
+        "machine": f"{platform.machine()} {platform.processor() or ''} {cores} cores",
+        "device": rt.info.label, "platform_version": rt.info.platform_version,
+        "numpy": np.__version__, "blas": blas_arch(),
+        "openblas_env": {k: os.environ.get(k) for k in OPENBLAS_VARS},
+        "onnxruntime": onnxruntime.__version__, "plaidml": pl_version or "n/a",
+        "peak_flops": peaks["flops"], "peak_bytes": peaks["bytes"],
+        "peak_note": (f"{cores} cores x {args.flops_per_cycle:g} FLOP/cycle x {ghz:.2f} GHz "
+                      f"({how}); bandwidth "
+                      f"{'given' if args.bandwidth else 'a 512 MiB numpy copy, read + write'}"),
+        "load_start": load_start, "load_end": load_end,
+        "command": "python benchmarks/run.py " + " ".join(sys.argv[1:]),
+    }
+    unset = next((r.peers[NUMPY_UNSET].get("blas") for r in results
+                  if r.peers.get(NUMPY_UNSET, {}).get("blas")), None)
+    if unset:
+        meta["blas_unset"] = ", ".join(f"{b['internal_api']} {b['version']} "
+                                       f"{b['architecture']} ({b['num_threads']} threads)"
+                                       for b in unset if isinstance(b, dict))
+    harness.save_json(Path(args.json), meta, results, compile_rows)
+    print(f"date: {meta['date']}; machine: {meta['machine']}; load average {load_start} "
+          f"(start), {load_end} (end)")
+    print(f"device: {meta['device']}; platform {meta['platform_version']}")
+    print(f"peaks: {peaks['flops'] * 1e-9:.0f} GFLOP/s ({meta['peak_note']}), "
+          f"{peaks['bytes'] * 1e-9:.1f} GB/s")
+    print(f"numpy {np.__version__} ({meta['blas']}; env {meta['openblas_env']}); with both "
+          f"unset: {meta.get('blas_unset', 'not run')}; onnxruntime {meta['onnxruntime']}; "
+          f"PlaidML {meta['plaidml']} (llvm_cpu.0)")
+    print(f"command: {meta['command']}")
+    for n in notes:
+        print(n)
     print()
-    print("| kernel | tilec GFLOP/s | peer | peer GFLOP/s | tilec / peer | tilec ms | peer ms "
-          "| tile | compile s |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |")
-    for r in rows:
-        print(f"| {r['kernel']} | {r['tilec']:.1f} | {r['peer']} | {r['peer_gflops']:.1f} "
-              f"| {r['tilec'] / r['peer_gflops']:.2f} | {r['tilec_ms']:.3f} | {r['peer_ms']:.3f} "
-              f"| {r['tile']} | {r['compile_s']:.2f} |")
+    print(harness.tables(results, PEERS, peaks, "GFLOP/s"))
+    if compile_rows:
+        print("\nCompile figures, seed conv 3x3 + ReLU N=1 56x56 64->64:\n")
+        print(harness.compile_table(compile_rows))
+    try:
+        import roofline
+
+        roofline.plot(Path(args.json), Path(args.png))
+        print(f"\nroofline: {args.png}")
+    except ImportError as e:
+        print(f"\nno roofline ({e}); pip install matplotlib", file=sys.stderr)
     return 0
 
 

@@ -31,6 +31,8 @@ OPENCL_NAMES = (
 )
 INDEX_NAMES = ("i", "j", "k", "l", "x", "y", "z", "n", "c", "w")
 TENSOR_NAMES = ("A", "B", "C", "D", "E", "F", "G", "H", "P", "Q", "R", "T")
+# Program N's configuration is drawn from seed N + CHOICE_SALT.
+CHOICE_SALT = 1_000_003
 HW_MODELS = ("pocl-cpu", "nvidia-h100", "seed-example")
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 THREADS = (1, 2, 4, 8, 16, 32, 64)
@@ -157,7 +159,7 @@ def contraction_program(p: Picker) -> Generated:
     dtype = p.pick(("float32",) * 6 + ("int32", "int32", "float16"))
     prog = _Program(dtype)
     taken: set[str] = set()
-    odd = 0.15  # share of OpenCL words among the names
+    odd = 0.1  # share of OpenCL words among the names
     n_out, n_red = p.int(1, 3), p.int(0, 3)
     out_idx = _names(p, INDEX_NAMES, n_out, taken, odd)
     red_idx = _names(p, INDEX_NAMES, n_red, taken, odd)
@@ -237,8 +239,8 @@ def contraction_program(p: Picker) -> Generated:
     # Operands of the same shape as the output (a default, post-op operands, a second
     # contraction) need that shape up front: the checker's inference follows clipping.
     want_default, want_post, want_chain = p.chance(0.1), p.chance(0.65), p.chance(0.12)
-    sizes_given = want_default or want_post or want_chain or p.chance(0.6) or any(q.off or abs(q.terms[0][0]) > 1 for q in out_polys
-                                       if q.terms)
+    sizes_given = (want_default or want_post or want_chain or p.chance(0.6)
+                   or any(q.off or abs(q.terms[0][0]) > 1 for q in out_polys if q.terms))
     out_sizes: list[int] = []
     for q in out_polys:
         lo, hi = q.span(ranges)
@@ -267,13 +269,11 @@ def contraction_program(p: Picker) -> Generated:
         prog.features.append("constraint")
     if want_default:
         D = tnames[n_in + 1]
-        out_shape = _out_shape(out_polys, out_sizes, sizes_given, ranges, prog, p)
-        if out_shape is not None:
-            prog.shapes[D] = out_shape
-            prog.inputs.append((D, header_dims(out_shape)))
-            stmt += f" default {D}"
-            prog.features.append("default")
-    if p.chance(0.05):
+        prog.shapes[D] = tuple(out_sizes)
+        prog.inputs.append((D, header_dims(tuple(out_sizes))))
+        stmt += f" default {D}"
+        prog.features.append("default")
+    if p.chance(0.05) and not any(q.div > 1 for a in accesses for q in a):
         stmt += " no_defract"
     prog.body.append(stmt + ";")
     prog.features += [f"agg{agg}", f"comb{comb or '-'}", f"rank{len(out_polys)}"]
@@ -282,17 +282,12 @@ def contraction_program(p: Picker) -> Generated:
     last = O
     outputs = [O]
     if want_post:
-        shape = _out_shape(out_polys, out_sizes, sizes_given, ranges, prog, p)
+        # An operand that broadcasts to the output: a suffix of its shape, some sizes 1.
         P = tnames[n_in + 2]
-        if shape is not None:
-            bshape = list(shape[len(shape) - p.int(0, len(shape)):])
-            bshape = [1 if p.chance(0.3) else d for d in bshape]
-            prog.shapes[P] = tuple(bshape)
-            prog.inputs.append((P, header_dims(tuple(bshape)) if bshape or p.chance(0.5)
-                                else None))
-            leaves = [O, P]
-        else:
-            leaves = [O]
+        bshape = [1 if p.chance(0.3) else d for d in out_sizes[p.int(0, len(out_sizes)):]]
+        prog.shapes[P] = tuple(bshape)
+        prog.inputs.append((P, header_dims(tuple(bshape)) if bshape or p.chance(0.5) else None))
+        leaves = [O, P]
         R = tnames[n_in + 3]
         prog.body.append(f"{R} = {_expr(p, leaves, dtype, 3, O)};")
         last = R
@@ -307,16 +302,16 @@ def contraction_program(p: Picker) -> Generated:
             outputs.append(O)
     if want_chain:
         # A second contraction reading the first one's result (post-ops keep its shape).
-        shape = _out_shape(out_polys, out_sizes, sizes_given, ranges, prog, p)
-        if shape:
-            T = tnames[n_in + 5]
-            idx = _names(p, INDEX_NAMES, len(shape), set(), 0.0)
-            keep = idx[:-1] if len(idx) > 1 else idx
-            agg2 = p.pick(("+", ">", "<"))
-            prog.body.append(f"{T}[{', '.join(keep)}] = {agg2}({last}[{', '.join(idx)}]);")
-            outputs.append(T)
-            prog.features.append("chain")
+        T = tnames[n_in + 5]
+        idx = _names(p, INDEX_NAMES, len(out_sizes), set(), 0.0)
+        keep = idx[:-1] if len(idx) > 1 else idx
+        agg2 = p.pick(("+", ">", "<"))
+        prog.body.append(f"{T}[{', '.join(keep)}] = {agg2}({last}[{', '.join(idx)}]);")
+        outputs.append(T)
+        prog.features.append("chain")
     prog.outputs = list(dict.fromkeys(outputs))
+    if taken & set(OPENCL_NAMES):
+        prog.features.append("opencl-name")
     return Generated(prog.text(), dict(prog.shapes), dtype, tuple(dict.fromkeys(prog.features)))
 
 
@@ -332,20 +327,6 @@ def _bounded(accesses: list[list[_Poly]]) -> set[str]:
                     known |= free
                     changed = True
     return known
-
-
-def _out_shape(polys: list[_Poly], sizes: list[int], given: bool, ranges: dict[str, int],
-               prog: _Program, p: Picker) -> tuple[int, ...] | None:
-    """The contraction output's shape as the checker will infer it, where that is certain."""
-    if given:
-        return tuple(sizes)
-    out = []
-    for q in polys:
-        lo, hi = q.span(ranges)
-        out.append(max(1, hi + 1))
-    # Inferred sizes follow the checker's bound propagation, which clipping can narrow: only
-    # trust plain, unclipped indices.
-    return tuple(out) if all(len(q.terms) <= 1 and not q.off for q in polys) else None
 
 
 def _size_text(p: Picker, value: int, symbols: dict[str, int]) -> str:
@@ -382,15 +363,26 @@ def _subexpr(p: Picker, leaves: list[str], dtype: str, depth: int) -> str:
     a = _subexpr(p, leaves, dtype, depth - 1)
     b = _subexpr(p, leaves, dtype, depth - 1)
     unary = ["relu", "abs"]
-    binary = ["+", "-", "*", "max", "min"]
+    binary = ["+", "-", "*", "max", "min", "/"]
     if is_float:
         unary += ["tanh", "sigmoid", "expneg", "sqrtabs"]
     else:
+        unary += ["shifts"]
         binary += ["&", "|", "^"]
-    # A comparison on float16 flips on the rounding of the fused (unrounded) intermediate.
+    # A comparison or truncation on float16 flips on the rounding of the fused (unrounded)
+    # intermediate: only where the intermediate is float32 or int32.
     if dtype != "float16":
         binary.append("select")
+    if dtype == "float32":
+        unary.append("as_int")
     op = p.pick(unary + binary)
+    if op == "/":
+        # Integer division by zero is defined (0) in Tile; a float denominator stays away from 0.
+        return f"({a} / {b})" if not is_float else f"({a} / (abs({b}) + 0.5))"
+    if op == "shifts":
+        return f"(({a} << 2) >> 1)"
+    if op == "as_int":
+        return f"as_int({a} * 4.0, 32)"
     if op == "expneg":
         return f"exp(-abs({a}))"
     if op == "sqrtabs":
@@ -419,7 +411,7 @@ class Choice:
                 "threads": self.threads, "tiles": self.tiles}
 
 
-def choose(p: Picker, plan) -> Choice:
+def choose(p: Picker, plan, models: Sequence[str] = HW_MODELS) -> Choice:
     """A random hardware model, vector width, staging, thread budget, and a forced tile for
     every contraction kernel of `plan` (sizes 1..range, divisors or not)."""
     from tilec.fuse import ContractionKernel
@@ -440,5 +432,5 @@ def choose(p: Picker, plan) -> Choice:
                     t = p.int(1, r)
                 tile[name] = t
             tiles[k.name] = tile
-    return Choice(p.pick(HW_MODELS), p.pick(VECTOR_WIDTHS), p.pick(("local", "global")),
+    return Choice(p.pick(models), p.pick(VECTOR_WIDTHS), p.pick(("local", "global")),
                   p.pick(THREADS), tiles)

@@ -21,7 +21,7 @@ from tilec.errors import DeviceError, TileCheckError, TileError
 from tilec.fuse import plan_kernels
 from tilec.reference import evaluate_program
 
-from .progen import TALLY, RandomPicker, choose, contraction_program
+from .progen import CHOICE_SALT, TALLY, RandomPicker, choose, contraction_program
 
 try:
     from tilec.runtime import choose_device
@@ -32,8 +32,6 @@ except DeviceError:
     HAVE_DEVICE = False
 
 pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
-
-CHOICE_SALT = 1_000_003
 
 
 def describe(seed: int, gen, choice=None) -> str:

@@ -96,6 +96,12 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
                 return f"({_cast(a, ta, common)} {_INFIX[x.op]} {_cast(b, tb, common)})", dt
             if x.op in ("shl", "shr"):
                 return f"({_cast(a, ta, dt)} {_INFIX[x.op]} ({_cast(b, tb, dt)} & 31))", dt
+            if x.op == "div" and c == "int":
+                # Fix (differential): C leaves x / 0 and INT_MIN / -1 undefined (PoCL returned
+                # garbage, x86 can trap); the reference defines them as 0 and a wrap-around.
+                a, b = _cast(a, ta, dt), _cast(b, tb, dt)
+                return (f"(({b}) == 0 ? 0 : ({b}) == -1 ? (int)(0u - (uint)({a})) "
+                        f": ({a}) / ({b}))"), dt
             return f"({_cast(a, ta, dt)} {_INFIX[x.op]} {_cast(b, tb, dt)})", dt
         if x.op == "neg":
             (a, ta), = args

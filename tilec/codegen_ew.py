@@ -4,7 +4,7 @@ initialisation of outputs that index points do not fully cover."""
 from __future__ import annotations
 
 from . import clexpr, ir
-from .codegen import KernelArg, KernelSource, arg_decl, buf, prod, template_env
+from .codegen import KernelArg, KernelSource, arg_decl, buf, check_int_offsets, prod, template_env
 from .fuse import ContractionKernel, ElementwiseKernel
 
 
@@ -41,6 +41,7 @@ def _broadcast_offset(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str
 def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> KernelSource:
     shape = kernel.shape
     count = max(1, prod(shape))
+    check_int_offsets(f"`{kernel.ops[0].text}`", 0, count)
     names: dict[str, str] = {}
     body: list[str] = []
     for op in kernel.ops:
@@ -76,6 +77,7 @@ def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> Kernel
 def init_source(kernel: ContractionKernel, program: ir.Program) -> KernelSource:
     """Fill an output whose elements are not all reached by index points: zero or the default."""
     out = program.tensors[kernel.op.output]
+    check_int_offsets(f"tensor {out.name}", 0, out.size)
     default = kernel.op.default
     name = f"init_{out.name}"
     value = (clexpr.load(buf(default), "gid", program.tensors[default].dtype) if default
