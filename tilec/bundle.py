@@ -35,11 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from .compiler import NP, POISON, KernelInfo, Validation, compare
+from .compiler import compare
 from .config import Config
-from .errors import DeviceError, TileError, ValidationError
+from .errors import DeviceError, TileError
+from .launch import BufferSpec, KernelInfo, Launcher, Validation
 from .records import TuneRecord
-from .runtime import DeviceInfo, Runtime, event_seconds
+from .runtime import DeviceInfo, Runtime
 
 FORMAT = "tilec-bundle"
 VERSION = 1
@@ -150,21 +151,19 @@ def load(path: str | os.PathLike[str], *, device: str | None = None,
                              path=str(path), problem=problem)
 
 
-class BundledExecutable:
+class BundledExecutable(Launcher):
     """A bundle's kernels on one device; call it with the input arrays like an `Executable`."""
 
     def __init__(self, meta: dict[str, Any], source: str, binary: bytes | None,
                  runtime: Runtime, config: Config, *, validate: bool = False, path: str = "",
                  problem: str = ""):
-        self.meta, self.source, self.runtime, self.config = meta, source, runtime, config
-        self.validate = validate
+        self.meta, self.source, self.config = meta, source, config
         m = meta["manifest"]
-        self.inputs: tuple[str, ...] = tuple(m["inputs"])
-        self.outputs: tuple[str, ...] = tuple(m["outputs"])
         self.buffers = {b["tensor"]: b for b in m["buffers"]}
         self.records = tuple(TuneRecord.from_json(r) for r in meta.get("records", []))
         self.tuned = {r.kernel: r for r in self.records}
         options = tuple(meta.get("build_options", config.build_options))
+        self.runtime = runtime
         self.fallback_reason = problem or _misfit(meta, binary, runtime)
         program = None
         if not self.fallback_reason:
@@ -177,16 +176,16 @@ class BundledExecutable:
                           "source", BundleWarning, stacklevel=3)
             program = runtime.build(source, options, config)
         self.from_binary = not self.fallback_reason
-        self._launches = [self._launch_size(k) for k in m["kernels"]]
-        self._kernels = {k["name"]: runtime.kernel(program, k["name"]) for k in m["kernels"]}
-        self.kernels = [KernelInfo(k["name"], k["kind"], g, loc, dict(k.get("tile") or {}), "",
-                                   int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]))
-                        for k, (g, loc) in zip(m["kernels"], self._launches, strict=True)]
-        runtime.check_sizes({n: int(b["bytes"]) for n, b in self.buffers.items()})
-        self._buffers: dict[str, Any] = {}
+        launches = [self._launch_size(k) for k in m["kernels"]]
+        kernels = [KernelInfo(k["name"], k["kind"], g, loc, dict(k.get("tile") or {}), "",
+                              int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]))
+                   for k, (g, loc) in zip(m["kernels"], launches, strict=True)]
+        cl_kernels = {k["name"]: runtime.kernel(program, k["name"]) for k in m["kernels"]}
+        specs = {n: BufferSpec(tuple(b["shape"]), b["dtype"], int(b["bytes"]))
+                 for n, b in self.buffers.items()}
         self._program = None
-        self.last_timings: dict[str, float] = {}
-        self.last_validation: Validation | None = None
+        self._setup(runtime, tuple(m["inputs"]), tuple(m["outputs"]), specs, kernels,
+                    cl_kernels, None, validate)
 
     def _launch_size(self, k: Mapping[str, Any]) -> tuple[int, int | None]:
         g = int(k["global_size"][0])
@@ -211,77 +210,12 @@ class BundledExecutable:
                                           p["shapes"], p["dtypes"])
         return self._program
 
-    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
-        return self.run(arrays)
-
-    def _buffer(self, name: str):
-        if name not in self._buffers:
-            self._buffers[name] = self.runtime.buffer(int(self.buffers[name]["bytes"]))
-        return self._buffers[name]
-
-    def _inputs(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {}
-        for name in self.inputs:
-            b = self.buffers[name]
-            if name not in arrays:
-                raise TileError(f"no array given for input {name} (shape {b['shape']})")
-            a = np.asarray(arrays[name])
-            if list(a.shape) != list(b["shape"]):
-                raise TileError(f"input {name} has shape {list(a.shape)}; the bundle was "
-                                f"compiled for {b['shape']}")
-            a = a.astype(NP[b["dtype"]], copy=False)
-            out[name] = np.ascontiguousarray(a.astype(np.uint8) if b["dtype"] == "bool" else a)
-        extra = set(arrays) - set(self.inputs)
-        if extra:
-            raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
-                            f"{', '.join(self.inputs)})")
-        return out
-
-    def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
-            repeat: int = 1) -> dict[str, np.ndarray]:
-        """Run every kernel `repeat` times (timings: the median per kernel), return outputs."""
-        prepared = self._inputs(arrays)
-        rt = self.runtime
-        for name, arr in prepared.items():
-            rt.upload(self._buffer(name), arr)
-        if poison:
-            for name, b in self.buffers.items():
-                if name not in self.inputs:
-                    rt.fill(self._buffer(name), POISON[b["dtype"]], int(b["bytes"]))
-        kernels = self.meta["manifest"]["kernels"]
-        times: dict[str, list[float]] = {k["name"]: [] for k in kernels}
-        for _ in range(max(1, repeat)):
-            events = []
-            for k, (g, loc) in zip(kernels, self._launches, strict=True):
-                args = [self._buffer(a["tensor"]) for a in k["args"]]
-                events.append((k["name"], rt.launch(self._kernels[k["name"]], g, loc, args)))
-            rt.finish()
-            for name, ev in events:
-                times[name].append(event_seconds(ev))
-        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
-        outs = {}
-        for name in self.outputs:
-            b = self.buffers[name]
-            raw = rt.download(self._buffer(name), tuple(b["shape"]),
-                              np.uint8 if b["dtype"] == "bool" else NP[b["dtype"]])
-            outs[name] = raw.astype(np.bool_) if b["dtype"] == "bool" else raw
-        if self.validate:
-            self.last_validation = self.check(prepared, outs)
-            if not self.last_validation.ok:
-                raise ValidationError(f"results disagree with the numpy reference: "
-                                      f"{self.last_validation.worst}")
-        return outs
-
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
         from .reference import evaluate_program
 
         ref = evaluate_program(self.program, inputs)
         return compare(ref, outs, self.program, self.config)
-
-    def gflops(self) -> dict[str, float]:
-        return {k.name: k.flops / self.last_timings[k.name] * 1e-9
-                for k in self.kernels if self.last_timings.get(k.name)}
 
 
 def _misfit(meta: Mapping[str, Any], binary: bytes | None, runtime: Runtime) -> str:

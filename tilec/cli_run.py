@@ -68,7 +68,7 @@ def manifest(exe) -> dict:
         t = p.tensors[name]
         role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
         buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
-                        "bytes": exe._sizes[name]})
+                        "bytes": exe.specs[name].nbytes})
     kernels = []
     for s in exe.sources:
         kernels.append({

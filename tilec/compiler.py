@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -18,37 +18,14 @@ from .check import normalize_dtype
 from .codegen import KernelSource, contraction_source
 from .codegen_ew import elementwise_source, init_source
 from .config import Config
-from .errors import Source, TileError, ValidationError
+from .errors import Source, TileError
 from .fuse import ContractionKernel, KernelPlan, plan_kernels
 from .hw import HwModel
+from .launch import NP, POISON, BufferSpec, KernelInfo, Launcher, Validation
 from .memory import plan_memory
 from .records import TuneRecord, with_local_size
-from .runtime import Runtime, event_seconds
+from .runtime import Runtime
 from .schedule import make_schedule
-
-NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
-POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
-          "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB)}
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    name: str
-    kind: str
-    global_size: int
-    local_size: int | None
-    tile: dict[str, int]
-    cost: str
-    flops: int
-    args: tuple[str, ...]
-
-
-@dataclass
-class Validation:
-    max_abs_error: float
-    max_rel_error: float
-    ok: bool
-    worst: str = ""
 
 
 def _hw_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
@@ -142,7 +119,7 @@ def _record_tile(k: ContractionKernel, config: Config,
     return None if tile is None else (rec, tile)
 
 
-class Executable:
+class Executable(Launcher):
     """Compiled kernels for one program on one device; call it with the input arrays."""
 
     def __init__(self, program: ir.Program, plan: KernelPlan, sources: list[KernelSource],
@@ -152,29 +129,25 @@ class Executable:
         self.program = program
         self.plan = plan
         self.sources = sources
-        self.runtime = runtime
         self.hw = hw
         self.config = config
-        self.validate = validate
         self.searches = searches or {}
         self.tuned: dict[str, TuneRecord] = dict(tuned or {})  # kernels chosen by a record
         self.source = "\n".join(s.text for s in sources)
-        self.kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
-                                   s.flops, tuple(a.tensor for a in s.args)) for s in sources]
         self.cost_log = "\n".join(s.cost for s in sources if s.cost)
-        self.last_timings: dict[str, float] = {}
-        self.last_validation: Validation | None = None
-        sizes = {n: program.tensors[n].size * _itemsize(program.tensors[n].dtype)
+        specs = {n: BufferSpec(program.tensors[n].shape, program.tensors[n].dtype,
+                               program.tensors[n].size * _itemsize(program.tensors[n].dtype))
                  for n in plan.buffers()}
-        runtime.check_sizes(sizes)
-        self._sizes = sizes
+        runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         self._cl_program = built if built is not None else runtime.build(
             self.source, config.build_options, config)
-        self._kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
-        keep = set(program.inputs) | set(program.outputs)
-        self.memory = plan_memory(sources, sizes, keep)
-        self._buffers: dict[object, object] = {}
-        self._bound: dict[str, np.ndarray] = {}
+        kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
+                              s.flops, tuple(a.tensor for a in s.args)) for s in sources]
+        cl_kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
+        memory = plan_memory(sources, {n: s.nbytes for n, s in specs.items()},
+                             set(program.inputs) | set(program.outputs))
+        self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
+                    memory, validate)
 
     def work_group_limit(self) -> int | None:
         """The smallest maximum work-group size the driver allows for a kernel whose fixed
@@ -192,102 +165,12 @@ class Executable:
     def digest(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
-    def _buffer(self, name: str):
-        slot = self.memory.slot_of.get(name)
-        key: object = name if slot is None else ("pool", slot)
-        if key not in self._buffers:
-            nbytes = self._sizes[name] if slot is None else self.memory.slot_bytes[slot]
-            self._buffers[key] = self.runtime.buffer(nbytes)
-        return self._buffers[key]
-
-    def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Upload inputs that stay the same between calls (weights) once; later calls may
-        leave them out."""
-        prepared = self._inputs(arrays, partial=True)
-        for name, arr in prepared.items():
-            self.runtime.upload(self._buffer(name), arr)
-        self._bound.update(prepared)
-
-    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
-        return self.run(arrays)
-
-    def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
-            repeat: int = 1) -> dict[str, np.ndarray]:
-        """Run every kernel `repeat` times (timings: the median per kernel), return outputs."""
-        given = self._inputs(arrays, partial=bool(self._bound))
-        rt = self.runtime
-        for name, arr in given.items():
-            rt.upload(self._buffer(name), arr)
-        prepared = {**self._bound, **given}
-        missing = [n for n in self.program.inputs if n not in prepared]
-        if missing:
-            t = self.program.tensors[missing[0]]
-            raise TileError(f"no array given for input {missing[0]} (shape {list(t.shape)})")
-        if poison:
-            for name in self._sizes:
-                if name not in self.program.inputs:
-                    t = self.program.tensors[name]
-                    rt.fill(self._buffer(name), POISON[t.dtype], self._sizes[name])
-        times: dict[str, list[float]] = {s.name: [] for s in self.sources}
-        for _ in range(max(1, repeat)):
-            events = []
-            for s in self.sources:
-                args = [self._buffer(a.tensor) for a in s.args]
-                events.append((s.name, rt.launch(self._kernels[s.name], s.global_size,
-                                                 s.local_size, args)))
-            rt.finish()
-            for name, ev in events:
-                times[name].append(event_seconds(ev))
-        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
-        outs = {}
-        for name in self.program.outputs:
-            t = self.program.tensors[name]
-            buf = self._buffer(name) if name in self._sizes else None
-            if buf is None:  # an output that is an input passed straight through
-                outs[name] = prepared[name].copy()
-                continue
-            raw = rt.download(buf, t.shape, np.uint8 if t.dtype == "bool" else NP[t.dtype])
-            outs[name] = raw.astype(np.bool_) if t.dtype == "bool" else raw
-        if self.validate:
-            self.last_validation = self.check(prepared, outs)
-            if not self.last_validation.ok:
-                raise ValidationError(f"results disagree with the numpy reference: "
-                                      f"{self.last_validation.worst}")
-        return outs
-
-    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
-                partial: bool = False) -> dict[str, np.ndarray]:
-        out = {}
-        for name in self.program.inputs:
-            t = self.program.tensors[name]
-            if name not in arrays and partial:
-                continue
-            if name not in arrays:
-                raise TileError(f"no array given for input {name} (shape {list(t.shape)})")
-            a = np.asarray(arrays[name])
-            if tuple(a.shape) != t.shape:
-                raise TileError(f"input {name} has shape {list(a.shape)}; the program was "
-                                f"compiled for {list(t.shape)}")
-            a = a.astype(NP[t.dtype], copy=False)
-            if t.dtype == "bool":
-                a = a.astype(np.uint8)
-            out[name] = np.ascontiguousarray(a)
-        extra = set(arrays) - set(self.program.inputs)
-        if extra:
-            raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
-                            f"{', '.join(self.program.inputs)})")
-        return out
-
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
         from .reference import evaluate_program
 
         ref = evaluate_program(self.program, inputs)
         return compare(ref, outs, self.program, self.config)
-
-    def gflops(self) -> dict[str, float]:
-        return {k.name: k.flops / self.last_timings[k.name] * 1e-9
-                for k in self.kernels if self.last_timings.get(k.name)}
 
 
 def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], program: ir.Program,
@@ -376,4 +259,4 @@ def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,
         not isinstance(k, ContractionKernel) or _record_tile(k, config, found) is not None)}
 
 
-__all__ = ["compile", "Executable", "KernelInfo", "Validation", "compare"]
+__all__ = ["NP", "POISON", "Executable", "KernelInfo", "Validation", "compare", "compile"]
