@@ -119,3 +119,9 @@ def test_devices_lists_models(capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "cost model: threads" in out
+
+
+def test_bench_passes_arguments_to_the_suite(capfd):
+    rc = main(["bench", "--", "--help"])
+    assert rc == 0
+    assert "--repeat" in capfd.readouterr().out

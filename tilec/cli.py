@@ -120,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list:
-    from . import cli_cache, cli_explain, cli_graph, cli_run, cli_tune
+    from . import cli_bench, cli_cache, cli_explain, cli_graph, cli_run, cli_tune
 
     return [cli_run.register, cli_explain.register, cli_cache.register, cli_tune.register,
-            cli_graph.register]
+            cli_graph.register, cli_bench.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
