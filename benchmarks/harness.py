@@ -33,6 +33,11 @@ from tilec.config import Config  # noqa: E402
 
 
 def repeats_for(first_s: float, repeat: int, budget: float) -> int:
+    """Timed runs after a warm-up that took `first_s`: as many as fit in `budget`, at most
+    `repeat`, at least 3, or 1 when one run alone is longer than the budget (PlaidML's
+    llvm_cpu takes a minute and a half for one 4096 matmul)."""
+    if first_s > budget:
+        return 1
     return max(3, min(repeat, int(budget / max(first_s, 1e-9))))
 
 
@@ -58,6 +63,7 @@ class Result:
     tilec_s: float | None = None  # event time, the figure every ratio uses
     tilec_wall_s: float | None = None  # launch + wait, per run
     tilec_compile_s: float | None = None
+    tilec_runs: int = 0  # timed runs behind the median
     tile: str = ""
     error: str = ""  # why tilec has no figure
     # peer name -> {"s": seconds or None, "note": why not, ...}
@@ -68,7 +74,8 @@ class Result:
         return {"kernel": c.name, "op": c.op, "bound": c.bound, "flops": c.flops,
                 "bytes": c.bytes, "intensity": c.intensity, "shapes": c.shapes,
                 "tilec_s": self.tilec_s, "tilec_wall_s": self.tilec_wall_s,
-                "tilec_compile_s": self.tilec_compile_s, "tile": self.tile,
+                "tilec_compile_s": self.tilec_compile_s, "tilec_runs": self.tilec_runs,
+                "tile": self.tile,
                 "error": self.error, "peers": self.peers}
 
 
@@ -108,6 +115,7 @@ def measure_tilec(case: Case, config: Config, repeat: int, budget: float):
     exe.run(arrays, repeat=n)
     many = time.perf_counter() - t
     res.tilec_s = sum(exe.last_timings.values())
+    res.tilec_runs = n
     res.tilec_wall_s = max((many - one) / (n - 1), res.tilec_s) if n > 1 else None
     return res, arrays, ref[case.output], exe
 
@@ -254,6 +262,9 @@ def loadavg() -> str:
 # ---- tables ----------------------------------------------------------------------------
 
 
+OPS = ["matmul", "conv", "depthwise", "maxpool", "softmax"]
+
+
 def _fmt(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
@@ -272,6 +283,8 @@ def rate(r: Result, secs: float | None, peaks: dict, flop_scale: float) -> str:
 
 def tables(results: list[Result], peer_names: list[str], peaks: dict, flop_unit: str) -> str:
     flop_scale = {"GFLOP/s": 1e9, "TFLOP/s": 1e12}[flop_unit]
+    # The suite's order, whatever order the run took (long kernels go last there).
+    results = sorted(results, key=lambda r: (OPS.index(r.case.op), r.case.flops))
     out, notes = [], []
     for bound, unit in (("compute", flop_unit), ("memory", "GB/s")):
         rows = [r for r in results if r.case.bound == bound]

@@ -43,7 +43,7 @@ def main() -> int:
     scale = max(1.0, float(np.max(np.abs(expected))))
     out["ok"] = bool(np.all(err <= 1e-4 * scale + 1e-3 * np.abs(expected)))
     out["max_abs_err"] = float(err.max())
-    n = max(3, min(args.repeat, int(args.budget / max(warm, 1e-9))))
+    n = 1 if warm > args.budget else max(3, min(args.repeat, int(args.budget / max(warm, 1e-9))))
     times = []
     for _ in range(n):
         t = time.perf_counter()

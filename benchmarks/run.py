@@ -124,9 +124,11 @@ def cpu_suite(args, config, notes: list[str]) -> tuple[list, list]:
     pl_env = harness.plaidml_env({"PLAIDML_DEVICE_IDS": "llvm_cpu.0"})
     unset_env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
     want_unset = any(k in os.environ for k in OPENBLAS_VARS) and not args.no_numpy_unset
-    skip = [s.strip().lower() for s in (args.skip or "").split(",") if s.strip()]
-    cases = [c for c in suite.select(suite.cpu_cases(), args.only)
-             if not any(s == c.name.lower() for s in skip)]
+    all_cases = suite.cpu_cases()
+    skip = {c.name for c in suite.select(all_cases, args.skip)} if args.skip else set()
+    pl_skip = ({c.name for c in suite.select(all_cases, args.plaidml_skip)}
+               if args.plaidml_skip else set())
+    cases = [c for c in suite.select(all_cases, args.only) if c.name not in skip]
     results = []
     for case in cases:
         print(f"[{time.strftime('%H:%M:%S')}] {case.name} (load {harness.loadavg()})",
@@ -151,7 +153,10 @@ def cpu_suite(args, config, notes: list[str]) -> tuple[list, list]:
                 res.peers[NUMPY_UNSET] = ({"s": r["median_s"], "blas": r.get("blas")}
                                           if r.get("ok") else
                                           {"s": None, "note": r.get("error", "wrong result")})
-            if plaidml_python:
+            if plaidml_python and case.name in pl_skip:
+                res.peers["PlaidML"] = {"s": None, "note": "left out of this run "
+                                        "(--plaidml-skip)"}
+            elif plaidml_python:
                 res.peers["PlaidML"] = harness.plaidml_peer(
                     plaidml_python, pl_env, data, case, args.repeat, args.budget)
         del arrays, ref, exe
@@ -178,7 +183,10 @@ def main() -> int:
                     help="seconds one measurement's repeats may take (fewer repeats past it)")
     ap.add_argument("--device", help="OpenCL device substring (default: tilec's choice)")
     ap.add_argument("--only", help="comma-separated substrings of kernel names to run")
-    ap.add_argument("--skip", help="comma-separated exact kernel names to leave out")
+    ap.add_argument("--skip", help="kernels to leave out (names or substrings, as --only)")
+    ap.add_argument("--plaidml-skip", metavar="KERNELS",
+                    help="kernels to run without PlaidML (as --only); its llvm_cpu takes "
+                    "about 90 s for one 4096 matmul")
     ap.add_argument("--plaidml-python", default=DEFAULT_PLAIDML_PYTHON,
                     help="python of a venv with plaidml==0.7.0 and numpy")
     ap.add_argument("--no-numpy-unset", action="store_true",

@@ -23,7 +23,7 @@ def _private_program_cache(tmp_path_factory):
 #   pytest tests/test_differential.py --diff-programs 1000
 #   python benchmarks/oclgrind_check.py                   (every kernel under oclgrind)
 FUZZ_INPUTS_CI = 300
-DIFF_PROGRAMS_CI = 40
+DIFF_PROGRAMS_CI = 120
 
 
 def pytest_addoption(parser):

@@ -5,7 +5,7 @@ device with poisoned outputs and compared with the numpy reference.
 Program N is `progen.contraction_program(RandomPicker(N))`, its configuration
 `progen.choose(RandomPicker(N + CHOICE_SALT), plan)`: a failure names its seed, and
 `pytest tests/test_differential.py --diff-start N --diff-programs 1` runs it again.  CI runs the
-first `--diff-programs` (40) seeds; the full run is `--diff-programs 1000` or more.
+first `--diff-programs` (120) seeds; the full run is `--diff-programs 1000` or more.
 """
 
 from __future__ import annotations

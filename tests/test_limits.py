@@ -91,9 +91,10 @@ def test_buffers_larger_than_the_device_memory_are_refused_before_allocation(no_
     ("function (A[M]) -> (O) { O[2 * i : 2 * M] = =(A[i]); }", {"A": (2**30 + 1,)}, "float32"),
 ])
 def test_tensors_past_32_bit_offsets_are_a_tile_error(src, shapes, dtype):
-    """These fit the allocations of some devices; their kernels' `int` offsets would wrap."""
-    plan = plan_kernels(tilec.check_program(src, shapes, dtype))
+    """These fit the allocations of some devices; their kernels' `int` offsets would wrap.
+    (A size past int32 in the text is the checker's error; a product of sizes, codegen's.)"""
     with pytest.raises(TileCheckError, match="32-bit integers"):
+        plan = plan_kernels(tilec.check_program(src, shapes, dtype))
         generate(plan, HwModel.load("pocl-cpu"), Config())
 
 

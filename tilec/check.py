@@ -14,6 +14,7 @@ from .bounds import propagate
 from .errors import Source, Span, TileCheckError
 
 SUPPORTED_DTYPES = ("float32", "float16", "int32")
+INT32_LIMIT = 2**31
 
 
 def normalize_dtype(dtype: object, what: str = "dtype") -> str:
@@ -128,21 +129,38 @@ class _Checker:
             raise self.err(f"{name!r} is a size symbol and cannot be assigned", span)
 
     # sizes and polynomials ---------------------------------------------------------------------
+    def _int_literal(self, e: ast.Num) -> int:
+        """Fix (fuzz): an integer past int32 reached the reference (OverflowError in numpy's
+        int64) and the kernel text unchecked; kernels compute in 32-bit `int`."""
+        value = int(e.value)
+        if not -INT32_LIMIT <= value < INT32_LIMIT:
+            raise self.err(f"the integer {value} does not fit in int32 (expected "
+                           f"{-INT32_LIMIT} .. {INT32_LIMIT - 1}; write {value}.0 for a float "
+                           "value)", e.span)
+        return value
+
     def size(self, e: ast.Expr) -> int:
         """A size expression: integers and size symbols, + - * and integer (floor) division."""
+        value = self._size(e)
+        if not -INT32_LIMIT <= value < INT32_LIMIT:  # as for index polynomials below
+            raise self.err(f"this size is {value}, past int32 (kernels compute offsets in "
+                           "32-bit integers)", e.span)
+        return value
+
+    def _size(self, e: ast.Expr) -> int:
         if isinstance(e, ast.Num):
             if e.is_float:
                 raise self.err("a size must be an integer", e.span)
-            return int(e.value)
+            return self._int_literal(e)
         if isinstance(e, ast.Name):
             if e.id not in self.sizes:
                 known = ", ".join(sorted(self.sizes)) or "none"
                 raise self.err(f"unknown size symbol {e.id!r} (size symbols: {known})", e.span)
             return self.sizes[e.id]
         if isinstance(e, ast.Unary) and e.op == "neg":
-            return -self.size(e.operand)
+            return -self._size(e.operand)
         if isinstance(e, ast.Binary) and e.op in ("add", "sub", "mul", "div"):
-            a, b = self.size(e.left), self.size(e.right)
+            a, b = self._size(e.left), self._size(e.right)
             if e.op == "div":
                 if b == 0:
                     raise self.err("division by zero in a size", e.span)
@@ -152,27 +170,36 @@ class _Checker:
 
     def poly(self, e: ast.Expr) -> ir.Poly:
         """An index polynomial: affine in index variables, exact rational coefficients."""
+        p = self._poly(e)
+        # Fix (fuzz): products of literals escaped the literal check above.
+        for c in (p.const, *(v for _, v in p.terms)):
+            if abs(c.numerator) >= INT32_LIMIT or c.denominator >= INT32_LIMIT:
+                raise self.err(f"the index polynomial {p} has a coefficient or constant past "
+                               "int32 (kernels compute offsets in 32-bit integers)", e.span)
+        return p
+
+    def _poly(self, e: ast.Expr) -> ir.Poly:
         if isinstance(e, ast.Num):
             if e.is_float:
                 raise self.err("index polynomials take integer constants", e.span)
-            return ir.Poly.constant(int(e.value))
+            return ir.Poly.constant(self._int_literal(e))
         if isinstance(e, ast.Name):
             if e.id in self.sizes:
                 return ir.Poly.constant(self.sizes[e.id])
             return ir.Poly.index(e.id)
         if isinstance(e, ast.Unary) and e.op == "neg":
-            return -self.poly(e.operand)
+            return -self._poly(e.operand)
         if isinstance(e, ast.Binary) and e.op in ("add", "sub"):
-            a, b = self.poly(e.left), self.poly(e.right)
+            a, b = self._poly(e.left), self._poly(e.right)
             return a + b if e.op == "add" else a - b
         if isinstance(e, ast.Binary) and e.op == "mul":
-            a, b = self.poly(e.left), self.poly(e.right)
+            a, b = self._poly(e.left), self._poly(e.right)
             if not a.is_constant and not b.is_constant:
                 raise self.err("index polynomials must be linear: a product of two index "
                                "expressions (expected a constant on one side of '*')", e.span)
             return b.scale(a.const) if a.is_constant else a.scale(b.const)
         if isinstance(e, ast.Binary) and e.op == "div":
-            a, b = self.poly(e.left), self.poly(e.right)
+            a, b = self._poly(e.left), self._poly(e.right)
             if not b.is_constant:
                 raise self.err("index polynomials may only be divided by a constant", e.span)
             if b.const == 0:
@@ -279,12 +306,8 @@ class _Checker:
     def expr(self, e: ast.Expr) -> tuple[ir.Expr, bool]:
         """The typed expression and whether its type is weak (built only from literals)."""
         if isinstance(e, ast.Num):
-            # Fix (fuzz): a literal past int32 reached the reference (OverflowError) and the
-            # kernel text (a C `long`) unchecked.
-            if not e.is_float and not -2**31 <= e.value < 2**31:
-                raise self.err(f"the integer {e.value} does not fit in int32 (expected "
-                               f"{-2**31} .. {2**31 - 1}; write {e.value}.0 for a float)",
-                               e.span)
+            if not e.is_float:
+                self._int_literal(e)
             return ir.Const(e.value, "float32" if e.is_float else "int32"), True
         if isinstance(e, ast.Name):
             if e.id in self.tensors:
