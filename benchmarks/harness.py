@@ -64,6 +64,8 @@ class Result:
     tilec_wall_s: float | None = None  # launch + wait, per run
     tilec_compile_s: float | None = None
     tilec_runs: int = 0  # timed runs behind the median
+    neighbours: float | None = None  # other processes' share of the CPUs meanwhile
+    attempts: int = 1  # measurements taken, the quietest kept
     tile: str = ""
     error: str = ""  # why tilec has no figure
     # peer name -> {"s": seconds or None, "note": why not, ...}
@@ -75,7 +77,8 @@ class Result:
                 "bytes": c.bytes, "intensity": c.intensity, "shapes": c.shapes,
                 "tilec_s": self.tilec_s, "tilec_wall_s": self.tilec_wall_s,
                 "tilec_compile_s": self.tilec_compile_s, "tilec_runs": self.tilec_runs,
-                "tile": self.tile,
+                "tile": self.tile, "neighbours": self.neighbours,
+                "attempts": self.attempts,
                 "error": self.error, "peers": self.peers}
 
 
@@ -252,6 +255,35 @@ def compile_figures(case: Case, env: dict, device: str | None,
     return rows
 
 
+class Neighbours:
+    """CPU time that other processes took while we measured: the load average counts our own
+    threads too, so it cannot tell a quiet run from a shared one.  /proc/stat's busy time
+    less this process's and its finished children's (os.times) is everyone else's."""
+
+    def __init__(self) -> None:
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        except OSError:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+        busy = (user + nice + system + irq + softirq) / ticks
+        t = os.times()
+        return busy, t.user + t.system + t.children_user + t.children_system, time.monotonic()
+
+    def share(self) -> float | None:
+        """Other processes' CPU seconds since start, as a fraction of all CPUs' time."""
+        end = self._sample()
+        if self.start is None or end is None:
+            return None
+        busy, mine, wall = (e - s for e, s in zip(end, self.start, strict=True))
+        return max(0.0, busy - mine) / (wall * (os.cpu_count() or 1))
+
+
 def loadavg() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -318,10 +350,12 @@ def tables(results: list[Result], peer_names: list[str], peaks: dict, flop_unit:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     out.append("Times (ms, medians) and tilec's choices:\n")
+    noisy = any(r.neighbours is not None for r in results)
     head = ["kernel", "tilec (event)", "tilec (wall)", *peer_names, "tile",
-            "tilec compile s", "PlaidML first call s"]
+            "tilec compile s", "PlaidML first call s", *(["others' CPU"] if noisy else [])]
     out.append("| " + " | ".join(head) + " |")
-    out.append("| --- | " + " | ".join("---:" for _ in head[1:-3]) + " | --- | ---: | ---: |")
+    out.append("| --- | " + " | ".join("---:" for _ in head[1:2 + len(peer_names) + 1])
+               + " | --- | ---: | ---: |" + (" ---: |" if noisy else ""))
     for r in results:
         def ms(s):
             return f"{s * 1e3:.3f}" if s else ("n/a" if s is None else "—")
@@ -333,6 +367,9 @@ def tables(results: list[Result], peer_names: list[str], peaks: dict, flop_unit:
         cells += [r.tile or "—",
                   f"{r.tilec_compile_s:.2f}" if r.tilec_compile_s is not None else "—",
                   f"{pl['first_call_s']:.2f}" if pl.get("first_call_s") else "—"]
+        if noisy:
+            cells.append(f"{r.neighbours or 0:.0%}"
+                         + (f" ({r.attempts} tries)" if r.attempts > 1 else ""))
         out.append("| " + " | ".join(cells) + " |")
     if notes:
         out.append("")

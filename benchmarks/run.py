@@ -113,14 +113,66 @@ def blas_arch() -> str:
                      if i.get("user_api") == "blas")
 
 
+def measure_case(case, args, config, pl_env, plaidml_python, pl_skip: bool,
+                 unset_env: dict | None) -> harness.Result:
+    """tilec and every peer on one kernel, and how much of the CPUs others took meanwhile."""
+    print(f"[{time.strftime('%H:%M:%S')}] {case.name} (load {harness.loadavg()})",
+          file=sys.stderr, flush=True)
+    others = harness.Neighbours()
+    res, arrays, ref, exe = harness.measure_tilec(case, config, args.repeat, args.budget)
+    if arrays is None:
+        print(f"  tilec: {res.error}", file=sys.stderr)
+        return res
+    for name, build in (("numpy", suite.numpy_peer), ("onnxruntime", suite.onnxruntime_peer)):
+        entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget)
+        if entry is not None:
+            res.peers[name] = entry
+    with tempfile.TemporaryDirectory(prefix="tilec-bench-") as d:
+        data = Path(d)
+        harness.write_data(data, arrays, ref, case.source)
+        if case.op == "matmul" and unset_env is not None:
+            r = harness.run_json([sys.executable, str(HERE / "numpy_runner.py"), "--data", d,
+                                  "--repeat", str(args.repeat), "--budget", str(args.budget)],
+                                 unset_env, 1200)
+            res.peers[NUMPY_UNSET] = ({"s": r["median_s"], "blas": r.get("blas")}
+                                      if r.get("ok") else
+                                      {"s": None, "note": r.get("error", "wrong result")})
+        if plaidml_python and pl_skip:
+            res.peers["PlaidML"] = {"s": None, "note": "left out of this run (--plaidml-skip)"}
+        elif plaidml_python:
+            res.peers["PlaidML"] = harness.plaidml_peer(plaidml_python, pl_env, data, case,
+                                                        args.repeat, args.budget)
+    del arrays, ref, exe
+    summary = ", ".join(f"{k} {v['s'] * 1e3:.2f} ms" if v.get("s") else f"{k} n/a"
+                        for k, v in res.peers.items())
+    res.neighbours = others.share()
+    print(f"  tilec {res.tilec_s * 1e3:.2f} ms; {summary}; other processes "
+          f"{res.neighbours or 0:.0%} of the CPUs", file=sys.stderr, flush=True)
+    return res
+
+
+def wait_quiet(threshold: float, max_wait: float) -> None:
+    """Until other processes take less than half of `threshold` of the CPUs over 10 s (or
+    `max_wait` seconds have passed: then measure anyway, and the table says how noisy)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_wait:
+        probe = harness.Neighbours()
+        time.sleep(10)
+        share = probe.share() or 0
+        if share < threshold / 2:
+            return
+        print(f"  waiting: other processes take {share:.0%} of the CPUs", file=sys.stderr,
+              flush=True)
+
+
 def cpu_suite(args, config, notes: list[str]) -> tuple[list, list]:
     import onnxruntime  # noqa: F401 - fail early, not in the middle of the run
 
     plaidml_python = args.plaidml_python if Path(args.plaidml_python).exists() else None
     if plaidml_python is None:
         notes.append(f"PlaidML: n/a ({args.plaidml_python} not found; create it with "
-                          "`python3 -m venv /tmp/plaidml-venv && /tmp/plaidml-venv/bin/pip "
-                          "install plaidml==0.7.0 numpy`)")
+                     "`python3 -m venv /tmp/plaidml-venv && /tmp/plaidml-venv/bin/pip "
+                     "install plaidml==0.7.0 numpy`)")
     pl_env = harness.plaidml_env({"PLAIDML_DEVICE_IDS": "llvm_cpu.0"})
     unset_env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
     want_unset = any(k in os.environ for k in OPENBLAS_VARS) and not args.no_numpy_unset
@@ -131,38 +183,22 @@ def cpu_suite(args, config, notes: list[str]) -> tuple[list, list]:
     cases = [c for c in suite.select(all_cases, args.only) if c.name not in skip]
     results = []
     for case in cases:
-        print(f"[{time.strftime('%H:%M:%S')}] {case.name} (load {harness.loadavg()})",
-              file=sys.stderr, flush=True)
-        res, arrays, ref, exe = harness.measure_tilec(case, config, args.repeat, args.budget)
-        results.append(res)
-        if arrays is None:
-            print(f"  tilec: {res.error}", file=sys.stderr)
-            continue
-        for name, build in (("numpy", suite.numpy_peer),
-                            ("onnxruntime", suite.onnxruntime_peer)):
-            entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget)
-            if entry is not None:
-                res.peers[name] = entry
-        with tempfile.TemporaryDirectory(prefix="tilec-bench-") as d:
-            data = Path(d)
-            harness.write_data(data, arrays, ref, case.source)
-            if case.op == "matmul" and want_unset:
-                r = harness.run_json([sys.executable, str(HERE / "numpy_runner.py"), "--data",
-                                      d, "--repeat", str(args.repeat), "--budget",
-                                      str(args.budget)], unset_env, 1200)
-                res.peers[NUMPY_UNSET] = ({"s": r["median_s"], "blas": r.get("blas")}
-                                          if r.get("ok") else
-                                          {"s": None, "note": r.get("error", "wrong result")})
-            if plaidml_python and case.name in pl_skip:
-                res.peers["PlaidML"] = {"s": None, "note": "left out of this run "
-                                        "(--plaidml-skip)"}
-            elif plaidml_python:
-                res.peers["PlaidML"] = harness.plaidml_peer(
-                    plaidml_python, pl_env, data, case, args.repeat, args.budget)
-        del arrays, ref, exe
-        summary = ", ".join(f"{k} {v['s'] * 1e3:.2f} ms" if v.get("s") else f"{k} n/a"
-                            for k, v in res.peers.items())
-        print(f"  tilec {res.tilec_s * 1e3:.2f} ms; {summary}", file=sys.stderr, flush=True)
+        best = first = None
+        for attempt in range(1 + args.retries):
+            if attempt:
+                wait_quiet(args.quiet, args.max_wait)
+            res = measure_case(case, args, config, pl_env if plaidml_python else None,
+                               plaidml_python, case.name in pl_skip, unset_env if want_unset
+                               else None)
+            first = first or res
+            if best is None or (res.neighbours or 0) < (best.neighbours or 0):
+                best = res
+            if (res.neighbours or 0) <= args.quiet or res.error:
+                break
+        # A second compile of the same text finds PoCL's cache warm: the first is the cold one.
+        best.tilec_compile_s = first.tilec_compile_s
+        best.attempts = attempt + 1
+        results.append(best)
     compile_rows = []
     if not args.no_compile:
         print(f"[{time.strftime('%H:%M:%S')}] compile figures", file=sys.stderr, flush=True)
@@ -192,6 +228,12 @@ def main() -> int:
     ap.add_argument("--no-numpy-unset", action="store_true",
                     help="skip numpy with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset")
     ap.add_argument("--no-compile", action="store_true", help="skip the compile figures")
+    ap.add_argument("--quiet", type=float, default=0.10,
+                    help="a kernel measured while other processes took more than this share "
+                    "of the CPUs is measured again, once they are quiet (default 0.10)")
+    ap.add_argument("--retries", type=int, default=3, help="most re-measurements a kernel")
+    ap.add_argument("--max-wait", type=float, default=600.0,
+                    help="seconds to wait for quiet before a re-measurement")
     ap.add_argument("--clock-ghz", type=float, default=None,
                     help="peak FLOP/s = cores x --flops-per-cycle x this (default: the clock "
                     "benchmarks/fma_peak.c runs at, else /proc/cpuinfo's cpu MHz)")
@@ -211,7 +253,10 @@ def main() -> int:
     rt = Runtime.get(args.device)
     config = Config(device=args.device, use_tuning_records=False,
                     cache_dir=Path(tempfile.mkdtemp(prefix="tilec-bench-cache-")))
+    # The peaks are measured too, and a neighbour's burst would lower them.
+    wait_quiet(args.quiet, args.max_wait)
     load_start = harness.loadavg()
+    others = harness.Neighbours()
     cores = os.cpu_count() or 1
     measured = None if args.clock_ghz else fma_peak(cores)
     if args.clock_ghz:
@@ -228,6 +273,7 @@ def main() -> int:
     notes: list[str] = []
     results, compile_rows = cpu_suite(args, config, notes)
     load_end = harness.loadavg()
+    neighbours = others.share()
 
     import onnxruntime
 
@@ -244,7 +290,7 @@ def main() -> int:
         "peak_note": (f"{cores} cores x {args.flops_per_cycle:g} FLOP/cycle x {ghz:.2f} GHz "
                       f"({how}); bandwidth "
                       f"{'given' if args.bandwidth else 'a 512 MiB numpy copy, read + write'}"),
-        "load_start": load_start, "load_end": load_end,
+        "load_start": load_start, "load_end": load_end, "neighbours": neighbours,
         "command": "python benchmarks/run.py " + " ".join(sys.argv[1:]),
     }
     unset = next((r.peers[NUMPY_UNSET].get("blas") for r in results
@@ -255,7 +301,9 @@ def main() -> int:
                                        for b in unset if isinstance(b, dict))
     harness.save_json(Path(args.json), meta, results, compile_rows)
     print(f"date: {meta['date']}; machine: {meta['machine']}; load average {load_start} "
-          f"(start), {load_end} (end)")
+          f"(start), {load_end} (end); other processes took {neighbours or 0:.0%} of the CPUs "
+          "during the run (worst kernel: "
+          f"{max((r.neighbours or 0 for r in results), default=0):.0%})")
     print(f"device: {meta['device']}; platform {meta['platform_version']}")
     print(f"peaks: {peaks['flops'] * 1e-9:.0f} GFLOP/s ({meta['peak_note']}), "
           f"{peaks['bytes'] * 1e-9:.1f} GB/s")

@@ -276,7 +276,7 @@ def contraction_program(p: Picker) -> Generated:
     if p.chance(0.05) and not any(q.div > 1 for a in accesses for q in a):
         stmt += " no_defract"
     prog.body.append(stmt + ";")
-    prog.features += [f"agg{agg}", f"comb{comb or '-'}", f"rank{len(out_polys)}"]
+    prog.features += [dtype, f"agg{agg}", f"comb{comb or '-'}", f"rank{len(out_polys)}"]
 
     # Post-ops --------------------------------------------------------------------------------
     last = O
