@@ -76,3 +76,12 @@ def test_threads_capped_by_device_and_kernel_limits(monkeypatch):
     assert all(k.local_size is None or k.local_size <= 32 for k in exe.kernels)
     exe(A=rng.uniform(-1, 1, (64, 48)), B=rng.uniform(-1, 1, (48, 64)))
     assert exe.last_validation.ok
+
+
+def test_scalar_input_validates():
+    import numpy as np
+
+    exe = tilec.compile("function (A[N], S) -> (B) { B = A * S; }", {"A": (4,)}, validate=True)
+    out = exe(A=np.arange(4, dtype=np.float32), S=np.float32(2.5))["B"]
+    np.testing.assert_allclose(out, np.arange(4) * 2.5)
+    assert exe.last_validation.ok

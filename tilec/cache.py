@@ -305,6 +305,11 @@ class ProgramCache:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
+        except KeyboardInterrupt:
+            # Interrupted between the temporary file and the rename: leave no partial file.
+            if tmp is not None:
+                _unlink(Path(tmp))
+            raise
         except OSError as e:
             if tmp is not None:
                 _unlink(Path(tmp))

@@ -154,7 +154,8 @@ class Launcher:
             a = a.astype(NP[s.dtype], copy=False)
             if s.dtype == "bool":
                 a = a.astype(np.uint8)
-            out[name] = np.ascontiguousarray(a)
+            # ascontiguousarray makes a 0-d scalar 1-d: keep the declared shape.
+            out[name] = np.ascontiguousarray(a).reshape(a.shape)
         extra = set(arrays) - set(self.inputs)
         if extra:
             raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
