@@ -3,94 +3,28 @@ statements.  Python decides every expression here; the templates only lay the te
 
 from __future__ import annotations
 
-import functools
 import itertools
-from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
-
-import jinja2
 
 from . import clexpr, ir
-from .errors import TileCheckError
 from .flat import FlatContraction
 from .flatten import operand_strides
 from .fuse import ContractionKernel
+from .kernel_text import (
+    LANES,
+    KernelArg,
+    KernelSource,
+    _lin,
+    _vec,
+    arg_decl,
+    buf,
+    check_int_offsets,
+    prod,
+    template_env,
+)
 from .schedule import Schedule, constrained
 
-LANES = "0123456789abcdef"
-# Generated kernels compute element offsets in OpenCL `int`.
-INT_MAX = 2**31 - 1
-
-
-def check_int_offsets(what: str, lo: int, hi: int) -> None:
-    """Fix (limits): a tensor past 2**31 elements fits some devices' allocations (4 GiB of
-    bool on PoCL, 8 GiB of float32 on a large GPU) but its offsets wrapped around in the
-    kernel: out-of-bounds accesses instead of an error."""
-    if lo < -INT_MAX - 1 or hi > INT_MAX:
-        raise TileCheckError(f"{what} reaches element offset {hi if hi > INT_MAX else lo}; "
-                             f"tilec's kernels index with 32-bit integers (at most {INT_MAX} "
-                             "elements per tensor)")
-
-
-@dataclass(frozen=True)
-class KernelArg:
-    tensor: str
-    role: str  # "in" or "out"
-    dtype: str
-    elems: int
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    name: str
-    kind: str  # "contraction", "elementwise" or "init"
-    text: str
-    args: tuple[KernelArg, ...]
-    global_size: int
-    local_size: int | None
-    tile: dict[str, int] = field(default_factory=dict)
-    cost: str = ""
-    flops: int = 0
-    bytes_moved: int = 0
-
-
-@functools.cache
-def template_env() -> jinja2.Environment:
-    try:
-        root = resources.files("tilec.templates")
-        loader: jinja2.BaseLoader = jinja2.FunctionLoader(
-            lambda n: root.joinpath(n).read_text())
-        root.joinpath("macros.cl.j2").read_text()
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        loader = jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates")
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                              trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
-
-
-def buf(name: str) -> str:
-    return f"b_{name}"
-
-
-def arg_decl(a: KernelArg) -> str:
-    const = "const " if a.role == "in" else ""
-    restrict = " restrict" if a.role == "in" else ""
-    return f"__global {const}{clexpr.STORAGE[a.dtype]}*{restrict} {buf(a.tensor)}"
-
-
-def _lin(terms: list[tuple[int, str]], const: int = 0) -> str:
-    """`const + sum(coef * var)` as compact C."""
-    parts = [str(const)] if const else []
-    for c, v in terms:
-        if c == 0:
-            continue
-        parts.append(v if c == 1 else f"{c} * {v}" if c > 0 else f"({c}) * {v}")
-    return " + ".join(parts) if parts else "0"
-
-
-def _vec(ctype: str, w: int) -> str:
-    return ctype if w == 1 else f"{ctype}{w}"
-
+__all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
+           "contraction_source", "prod", "template_env"]
 
 # ---------------------------------------------------------------------------------------------
 # Contractions
@@ -577,13 +511,6 @@ class _Contraction:
         args = [KernelArg(n, "in", p.tensors[n].dtype, p.tensors[n].size) for n in ins]
         args += [KernelArg(n, "out", p.tensors[n].dtype, p.tensors[n].size) for n in k_.writes]
         return args
-
-
-def prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
