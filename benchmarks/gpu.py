@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -66,7 +67,7 @@ def plaidml_setup(folder: str) -> tuple[dict, str]:
     root = Path(folder)
     wheels = sorted(root.glob("*.whl"))
     if wheels:
-        root = Path(tempfile.mkdtemp(prefix="plaidml-"))
+        root = Path(harness.scratch("plaidml-"))
         for w in wheels:
             if w.name.split("-")[0].lower() in ("plaidml", "six", "cffi", "pycparser"):
                 with zipfile.ZipFile(w) as z:
@@ -107,7 +108,7 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     # An empty NVIDIA build cache of our own: the compile column is a cold build.
-    os.environ["CUDA_CACHE_PATH"] = tempfile.mkdtemp(prefix="tilec-bench-nv-")
+    os.environ["CUDA_CACHE_PATH"] = harness.scratch("tilec-bench-nv-")
     from tilec.config import Config
     from tilec.runtime import Runtime
 
@@ -120,7 +121,7 @@ def main() -> int:
         raise SystemExit(f"{gpu_name}: give --peak-tflops and --bandwidth-gbs")
     peaks = {"flops": peak, "bytes": bw}
     config = Config(device=args.device, hw=args.hw, use_tuning_records=False,
-                    cache_dir=Path(tempfile.mkdtemp(prefix="tilec-bench-cache-")))
+                    cache_dir=Path(harness.scratch("tilec-bench-cache-")))
     pl_env = None
     if args.plaidml:
         pl_env, pl_root = plaidml_setup(args.plaidml)
@@ -167,7 +168,7 @@ def main() -> int:
         "peak_flops": peak, "peak_bytes": bw,
         "peak_note": f"fp32 {peak * 1e-12:.1f} TFLOP/s, {bw * 1e-9:.0f} GB/s "
                      f"({'given' if args.peak_tflops else 'the ' + gpu_name + ' datasheet'})",
-        "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/gpu.py " + shlex.join(sys.argv[1:]),
     }
     harness.save_json(Path(args.json), meta, results, compile_rows)
     print(f"date: {meta['date']}; device: {meta['device']}, driver {meta['driver']}; "

@@ -1,15 +1,18 @@
 """What run.py (CPU) and gpu.py (GPU) share: timing, validation, the subprocess peers, tables.
 
 A measurement is the median of repeated runs after one warm-up run; `budget` caps how long the
-repeats of one measurement may take (big kernels get fewer repeats, never fewer than 3).
+repeats of one measurement may take (big kernels get fewer repeats, never fewer than 3 unless
+one run alone takes longer than the budget).
 tilec's figure is the OpenCL event time of its kernels; a peer's is its own wall or event time
 of the same operation on the same random inputs.  tilec's output is validated against the
 numpy reference before anything is timed, and every peer's output against the same reference."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +33,13 @@ from suite import Case  # noqa: E402
 from tilec.cli import random_array  # noqa: E402
 from tilec.compiler import compare  # noqa: E402
 from tilec.config import Config  # noqa: E402
+
+
+def scratch(prefix: str) -> str:
+    """A temporary folder removed when the run ends (caches of kernels built for the run)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
 
 
 def repeats_for(first_s: float, repeat: int, budget: float) -> int:
@@ -119,6 +129,7 @@ def measure_tilec(case: Case, config: Config, repeat: int, budget: float):
     many = time.perf_counter() - t
     res.tilec_s = sum(exe.last_timings.values())
     res.tilec_runs = n
+    # The difference is noisy: where it comes out below the kernels' own time, report that.
     res.tilec_wall_s = max((many - one) / (n - 1), res.tilec_s) if n > 1 else None
     return res, arrays, ref[case.output], exe
 

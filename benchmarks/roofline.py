@@ -39,7 +39,9 @@ def plot(results: Path, out: Path, peak_flops: float | None = None,
     meta = data["meta"]
     peak = peak_flops or meta["peak_flops"]
     bw = bandwidth or meta["peak_bytes"]
-    rows = [r for r in data["results"] if r.get("tilec_s") or r.get("peers")]
+    order = ["matmul", "conv", "depthwise", "maxpool", "softmax"]
+    rows = sorted((r for r in data["results"] if r.get("tilec_s") or r.get("peers")),
+                  key=lambda r: (order.index(r["op"]) if r["op"] in order else 9, r["flops"]))
     ai = [r["intensity"] for r in rows]
     lo, hi = min(ai + [1.0]) / 2, max(ai + [peak / bw]) * 3
     gpu = peak > 5e12
@@ -92,7 +94,9 @@ def plot(results: Path, out: Path, peak_flops: float | None = None,
     ax.set_ylim(ymin / 2, peak / scale * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / minimal byte)")
     ax.set_ylabel(f"achieved {unit}")
-    ax.set_title(title or f"{meta['device']} - {meta['date']}", fontsize=10)
+    # "OpenCL 3.0 PoCL 3.1+debian  Linux, ..." -> "PoCL 3.1+debian"
+    driver = meta.get("platform_version", "").split("  ")[0].replace("OpenCL 3.0 ", "")
+    ax.set_title(title or f"{meta['device']} ({driver}), {meta['date']}", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     # Above the bandwidth line left of the ridge nothing can sit: room for the legend.
     ax.legend(loc="upper left", fontsize=8)

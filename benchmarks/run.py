@@ -1,6 +1,7 @@
 """tilec benchmarks against the peers a user would pick instead, measured side by side in one run.
 
-    python benchmarks/run.py [--suite cpu] [--repeat N] [--budget S] [--only SUBSTRINGS]
+    python benchmarks/run.py [--suite cpu] [--repeat N] [--budget S] [--only KERNELS]
+                             [--skip KERNELS] [--plaidml-skip KERNELS]
                              [--plaidml-python PATH] [--device SUBSTRING]
 
 The CPU suite (benchmarks/suite.py): fp32 matmul 256..4096 and 4096x4096x1024, the seed's
@@ -12,8 +13,11 @@ text in its own venv (benchmarks/plaidml_runner.py).  Then compile figures for t
 tilec cold and cached in fresh processes, PlaidML's first call.
 
 Every figure is the median of repeated runs after a warm-up (at most --repeat, fewer when they
-would take more than --budget seconds, never fewer than 3); inputs are random and every result,
-tilec's and each peer's, is checked against the numpy reference before its time counts.
+would take more than --budget seconds, never fewer than 3 unless one run alone is longer);
+inputs are random and every result, tilec's and each peer's, is checked against the numpy
+reference before its time counts.  The machine is shared: the script reads from /proc/stat how
+much of the CPUs other processes took while a kernel was measured (the "others' CPU" column)
+and measures that kernel again, once they are quiet, when it was more than --quiet.
 tilec's time is the kernels' OpenCL event time (the model's first-choice tile, no tuning
 records); its wall time per run (launch + wait) is shown beside it.  Peers' times are wall
 times of the call (numpy, onnxruntime) or of the invocation and wait (PlaidML).
@@ -27,6 +31,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -56,8 +61,8 @@ def copy_bandwidth(mib: int = 512, repeat: int = 10) -> float:
     dst = np.empty_like(src)
     best = 0.0
     for threads in (1, os.cpu_count() or 1):
-        parts = np.array_split(np.arange(n), threads)
-        spans = [(int(p[0]), int(p[-1]) + 1) for p in parts]
+        edges = [n * i // threads for i in range(threads + 1)]
+        spans = list(zip(edges[:-1], edges[1:], strict=True))
         with ThreadPoolExecutor(threads) as pool:
             def copy(span):
                 np.copyto(dst[span[0]:span[1]], src[span[0]:span[1]])
@@ -246,13 +251,13 @@ def main() -> int:
     args = ap.parse_args()
 
     # A PoCL kernel cache of our own, empty: every compile figure in the table is a cold build.
-    os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilec-bench-pocl-")
+    os.environ["POCL_CACHE_DIR"] = harness.scratch("tilec-bench-pocl-")
     from tilec.config import Config
     from tilec.runtime import Runtime
 
     rt = Runtime.get(args.device)
     config = Config(device=args.device, use_tuning_records=False,
-                    cache_dir=Path(tempfile.mkdtemp(prefix="tilec-bench-cache-")))
+                    cache_dir=Path(harness.scratch("tilec-bench-cache-")))
     # The peaks are measured too, and a neighbour's burst would lower them.
     wait_quiet(args.quiet, args.max_wait)
     load_start = harness.loadavg()
@@ -291,7 +296,7 @@ def main() -> int:
                       f"({how}); bandwidth "
                       f"{'given' if args.bandwidth else 'a 512 MiB numpy copy, read + write'}"),
         "load_start": load_start, "load_end": load_end, "neighbours": neighbours,
-        "command": "python benchmarks/run.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/run.py " + shlex.join(sys.argv[1:]),
     }
     unset = next((r.peers[NUMPY_UNSET].get("blas") for r in results
                   if r.peers.get(NUMPY_UNSET, {}).get("blas")), None)

@@ -26,6 +26,79 @@ UNSUPPORTED = {
     "test_reduce_sum_empty_set_non_reduced_axis_zero": "sizes must be positive",
     "test_reduce_sum_square_empty_set_expanded": "sizes must be positive",
     "test_reshape_allowzero_reordered": "sizes must be positive",
+    # Resize: only nearest by an integer factor (a repeat) is supported.
+    "test_resize_downsample_scales_cubic":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_scales_cubic_align_corners":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_scales_cubic_antialias":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_scales_linear":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_scales_linear_align_corners":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_scales_linear_antialias":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_scales_linear_half_pixel_symmetric":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_scales_nearest":
+        "only integer upsampling factors",
+    "test_resize_downsample_sizes_cubic":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_sizes_cubic_antialias":
+        "attribute mode='cubic' is not supported",
+    "test_resize_downsample_sizes_linear_antialias":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_sizes_linear_pytorch_half_pixel":
+        "attribute mode='linear' is not supported",
+    "test_resize_downsample_sizes_nearest":
+        "only integer multiples",
+    "test_resize_downsample_sizes_nearest_not_larger":
+        "attribute keep_aspect_ratio_policy='not_larger' is not supported",
+    "test_resize_downsample_sizes_nearest_not_smaller":
+        "attribute keep_aspect_ratio_policy='not_smaller' is not supported",
+    "test_resize_tf_crop_and_resize":
+        "attribute mode='linear' is not supported",
+    "test_resize_tf_crop_and_resize_axes_2_3":
+        "attribute mode='linear' is not supported",
+    "test_resize_tf_crop_and_resize_axes_3_2":
+        "attribute mode='linear' is not supported",
+    "test_resize_tf_crop_and_resize_extrapolation_value":
+        "attribute mode='linear' is not supported",
+    "test_resize_upsample_scales_cubic":
+        "attribute mode='cubic' is not supported",
+    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside":
+        "attribute mode='cubic' is not supported",
+    "test_resize_upsample_scales_cubic_align_corners":
+        "attribute mode='cubic' is not supported",
+    "test_resize_upsample_scales_cubic_asymmetric":
+        "attribute mode='cubic' is not supported",
+    "test_resize_upsample_scales_linear":
+        "attribute mode='linear' is not supported",
+    "test_resize_upsample_scales_linear_align_corners":
+        "attribute mode='linear' is not supported",
+    "test_resize_upsample_scales_linear_half_pixel_symmetric":
+        "attribute mode='linear' is not supported",
+    "test_resize_upsample_sizes_cubic":
+        "attribute mode='cubic' is not supported",
+    "test_resize_upsample_sizes_nearest":
+        "only integer multiples",
+    "test_resize_upsample_sizes_nearest_axes_2_3":
+        "only integer multiples",
+    "test_resize_upsample_sizes_nearest_axes_3_2":
+        "only integer multiples",
+    "test_resize_upsample_sizes_nearest_ceil_half_pixel":
+        "attribute nearest_mode='ceil' is not supported",
+    "test_resize_upsample_sizes_nearest_floor_align_corners":
+        "attribute coordinate_transformation_mode='align_corners' is not supported",
+    "test_resize_upsample_sizes_nearest_not_larger":
+        "attribute keep_aspect_ratio_policy='not_larger' is not supported",
+    "test_resize_upsample_sizes_nearest_not_smaller":
+        "attribute keep_aspect_ratio_policy='not_smaller' is not supported",
+    "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric":
+        "attribute nearest_mode='round_prefer_ceil' is not supported",
 }
 
 # The node-case modules whose cases use only supported ops (reducesumsquare: its expanded
@@ -35,7 +108,8 @@ UNSUPPORTED = {
 NODE_MODULES = ("relu", "conv", "gemm", "batch_normalization", "softmax", "reshape", "concat",
                 "reducemean", "reducesum", "reducemax", "reducesumsquare", "clip", "matmul",
                 "transpose", "flatten", "leakyrelu", "add", "sub", "mul", "div", "sigmoid",
-                "tanh", "globalaveragepool", "identity", "constant", "maxpool", "averagepool")
+                "tanh", "globalaveragepool", "identity", "constant", "maxpool", "averagepool",
+                "convtranspose", "resize", "upsample")
 
 
 @dataclass

@@ -251,3 +251,41 @@ def test_cli_graph_from_python_file(tmp_path, capsys):
     (tmp_path / "none.py").write_text("x = 1\n")
     assert main(["graph", str(tmp_path / "none.py")]) == 1
     assert "defines no `graph`" in capsys.readouterr().err
+
+
+@device
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2], "group": 2},
+    {"strides": [2, 2], "dilations": [2, 1], "auto_pad": "SAME_LOWER"}])
+def test_conv_transpose_and_resize_match_onnxruntime(attrs):
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3 * attrs.get("group", 1))
+                                .astype(np.float32), "b")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 3], np.float32), "scales")
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], **attrs),
+             helper.make_node("Resize", ["c", "", "scales"], ["y"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric",
+                              nearest_mode="floor")]
+    graph = helper.make_graph(
+        nodes, "convt", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b, scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.standard_normal((2, 4, 5, 4)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    got = tonnx.load(model).run({"x": x}, poison=True)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_refuses_non_repeat_modes():
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="asymmetric")
+    graph = helper.make_graph(
+        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    with pytest.raises(TileError, match=r"'y' \(Resize\): attribute "
+                                        r"nearest_mode='round_prefer_floor' is not supported"):
+        tonnx.load(helper.make_model(graph))

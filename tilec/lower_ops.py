@@ -71,6 +71,52 @@ def _conv(em: Emitter, node: Node) -> None:
     em.finish(node, target, target if b is None else f"{target} + {b}")
 
 
+def _conv_transpose(em: Emitter, node: Node) -> None:
+    """NCHW, weights [CI, CO/groups, kernel..]: out[n, co, x] = sum of
+    in[n, ci, (x + pad_begin - dilation*k) / stride] * w[ci, co, k]; the division keeps only
+    the integer points (tilec's defract rewrite)."""
+    x, w = node.inputs[:2]
+    ws = em.shape(w)
+    r = len(ws) - 2
+    s, d, p = node.get("strides"), node.get("dilations"), node.get("pads")
+    groups = int(node.get("groups"))  # type: ignore[arg-type]
+    cog, cig = ws[1], ws[0] // groups
+    co = node.shape[1]
+    sp = [f"x{i}" for i in range(r)]
+    ks = [f"k{i}" for i in range(r)]
+    pos = []
+    for i in range(r):
+        a = affine({sp[i]: 1, ks[i]: -d[i]}, p[i])  # type: ignore[index]
+        pos.append(a if s[i] == 1 else f"({a}) / {s[i]}")  # type: ignore[index]
+    cons: list[str] = []
+    if groups == 1:
+        oc, ic, wo = "co", "ci", "co"
+    else:
+        oc = "g" if cog == 1 else affine({"g": cog, "co": 1})
+        ic = "g" if cig == 1 else affine({"g": cig, "ci": 1})
+        wo = "0" if cog == 1 else "co"
+        cons = [f"g < {groups}"] + ([f"co < {cog}"] if cog > 1 else []) + \
+            ([f"ci < {cig}"] if cig > 1 else [])
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    b = None if bias is None else em.view(bias, (co,) + (1,) * r)
+    target = _target(em, node, bias is not None or node.get("activation") is not None)
+    X, W = em.ref(x), em.ref(w)
+    em.stmt(f"{_out(target, ['n', oc, *sp], node.shape)} = "
+            f"+({X}[{_idx(['n', ic, *pos])}] * {W}[{_idx([ic, wo, *ks])}])"
+            + "".join(f", {c}" for c in cons) + ";")
+    em.finish(node, target, target if b is None else f"{target} + {b}")
+
+
+def _upsample(em: Emitter, node: Node) -> None:
+    f = node.get("factors")
+    iv = [f"i{k}" for k in range(len(node.shape))]
+    o_idx = [v if f[k] == 1 else affine({v: f[k], f"j{k}": 1})  # type: ignore[index]
+             for k, v in enumerate(iv)]
+    cons = [f"j{k} < {n}" for k, n in enumerate(f) if n > 1]  # type: ignore[union-attr]
+    em.stmt(f"{_out(em.define(node), o_idx, node.shape)} = =({em.ref(node.inputs[0])}"
+            f"[{_idx(iv)}])" + "".join(f", {c}" for c in cons) + ";")
+
+
 def _matmul(em: Emitter, node: Node) -> None:
     a, b = node.inputs[:2]
     sa, sb = em.shape(a), em.shape(b)
@@ -234,7 +280,8 @@ def _copy(em: Emitter, node: Node) -> None:
 
 EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     **{op: _elementwise for op in ELEMENTWISE},
-    "conv": _conv, "matmul": _matmul, "gemm": _gemm, "batchnorm": _batchnorm,
+    "conv": _conv, "conv_transpose": _conv_transpose, "upsample": _upsample,
+    "matmul": _matmul, "gemm": _gemm, "batchnorm": _batchnorm,
     "max_pool": _pool, "avg_pool": _pool, "reduce": _reduce, "softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
 }

@@ -111,6 +111,117 @@ def _conv(c: NodeContext) -> list[Value]:
     return [ops.conv(x, w, b, groups=c.attr("group", 1), **_window(c, x, kernel))]
 
 
+def _conv_transpose(c: NodeContext) -> list[Value]:
+    x, w, b = c.need(0), c.need(1), c.input(2)
+    r = x.ndim - 2
+    kernel = tuple(c.attr("kernel_shape", w.shape[2:]))
+    if kernel != w.shape[2:]:
+        raise c.fail(f"kernel_shape {list(kernel)} differs from the weights {list(w.shape)}")
+    strides = tuple(c.attr("strides", [1] * r))
+    dilations = tuple(c.attr("dilations", [1] * r))
+    out_pad = tuple(c.attr("output_padding", [0] * r))
+    auto_pad = c.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise c.unsupported("auto_pad", auto_pad)
+    if not len(strides) == len(dilations) == len(out_pad) == r:
+        raise c.fail(f"strides, dilations and output_padding need {r} values each")
+    out_shape = c.attr("output_shape")
+    if out_shape is not None:
+        out_shape = list(out_shape)[-r:]  # may include the batch and channel dimensions
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [n * s for n, s in zip(x.shape[2:], strides, strict=True)]
+    if out_shape is not None:
+        if len(out_shape) != r:
+            raise c.fail(f"output_shape {list(c.attr('output_shape'))} does not match a "
+                         f"rank-{x.ndim} input")
+        # The total padding that gives output_shape; SAME_UPPER puts the odd one at the end.
+        begin, end = [], []
+        for i in range(r):
+            total = (strides[i] * (x.shape[2 + i] - 1) + out_pad[i]
+                     + (kernel[i] - 1) * dilations[i] + 1 - out_shape[i])
+            small = total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else total - small)
+            end.append(total - small if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begin + end)
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * r)
+    else:
+        pads = tuple(c.attr("pads", [0] * (2 * r)))
+    return [ops.conv_transpose(x, w, b, strides=strides, pads=pads, output_padding=out_pad,
+                               dilations=dilations, groups=c.attr("group", 1))]
+
+
+def _integer_factors(c: NodeContext, x: Value, scales: Any, sizes: Any,
+                     axes: Any) -> list[int]:
+    """Per-dimension integer upsampling factors from Resize/Upsample's scales or sizes."""
+    axes = list(range(x.ndim)) if axes is None else [int(a) % x.ndim for a in axes]
+    factors = [1] * x.ndim
+    if scales is not None and np.asarray(scales).size:
+        vals = [float(v) for v in np.asarray(scales).reshape(-1)]
+        if len(vals) != len(axes):
+            raise c.fail(f"scales {vals} do not match axes {axes}")
+        for a, v in zip(axes, vals, strict=True):
+            if v < 1 or v != int(v):
+                raise c.fail(f"scales {vals}: only integer upsampling factors (>= 1) are "
+                             "supported (an integer-factor nearest repeat)")
+            factors[a] = int(v)
+    elif sizes is not None:
+        vals = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(vals) != len(axes):
+            raise c.fail(f"sizes {vals} do not match axes {axes}")
+        for a, v in zip(axes, vals, strict=True):
+            if v < x.shape[a] or v % x.shape[a]:
+                raise c.fail(f"sizes {vals}: only integer multiples of the input shape "
+                             f"{list(x.shape)} are supported (an integer-factor nearest "
+                             "repeat)")
+            factors[a] = v // x.shape[a]
+    else:
+        raise c.fail("either scales or sizes is required")
+    return factors
+
+
+def _resize(c: NodeContext) -> list[Value]:
+    x = c.need(0)
+    mode = c.attr("mode", "nearest")
+    if mode != "nearest":
+        raise c.unsupported("mode", mode)
+    if c.opset < 11:  # Resize-10: X, scales; nearest is floor(x / scale)
+        return [ops.upsample_nearest(x, _integer_factors(c, x, c.static(1, "scales"), None,
+                                                         None))]
+    ctm = c.attr("coordinate_transformation_mode", "half_pixel")
+    nearest = c.attr("nearest_mode", "round_prefer_floor")
+    # With an integer factor f, output x = f*q + j (j < f) maps to q exactly when:
+    #   asymmetric: floor(x / f); half_pixel: round((x + 0.5) / f - 0.5), which lies strictly
+    #   within half a step of q, so either rounding preference gives q.
+    ok = ((ctm == "asymmetric" and nearest == "floor")
+          or (ctm == "half_pixel" and nearest in ("round_prefer_floor", "round_prefer_ceil")))
+    if not ok:
+        if ctm in ("asymmetric", "half_pixel"):
+            bad = f"nearest_mode={nearest!r} is not supported with " \
+                f"coordinate_transformation_mode={ctm!r}"
+        else:
+            bad = f"coordinate_transformation_mode={ctm!r} is not supported"
+        raise c.fail(f"attribute {bad} (nearest resizing by an integer factor needs "
+                     "asymmetric with nearest_mode 'floor', or half_pixel with a "
+                     "round_prefer_* mode)")
+    if c.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise c.unsupported("keep_aspect_ratio_policy", c.attr("keep_aspect_ratio_policy"))
+    if c.attr("antialias", 0):
+        raise c.unsupported("antialias", c.attr("antialias"))
+    scales = c.static(2, "scales")
+    sizes = c.static(3, "sizes")
+    return [ops.upsample_nearest(x, _integer_factors(c, x, scales, sizes, c.attr("axes")))]
+
+
+def _upsample(c: NodeContext) -> list[Value]:
+    x = c.need(0)
+    mode = c.attr("mode", "nearest")
+    if mode != "nearest":
+        raise c.unsupported("mode", mode)
+    scales = c.attr("scales") if c.opset < 9 else c.static(1, "scales")
+    return [ops.upsample_nearest(x, _integer_factors(c, x, scales, None, None))]
+
+
 def _pool(kind: str) -> Converter:
     def convert(c: NodeContext) -> list[Value]:
         if len([o for o in c.node.output if o]) > 1:
@@ -224,6 +335,9 @@ def _constant(c: NodeContext) -> list[Value]:
 
 CONVERTERS: dict[str, Converter] = {
     "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "Resize": _resize,
+    "Upsample": _upsample,
     "Gemm": _gemm,
     "MatMul": lambda c: [ops.matmul(c.need(0), c.need(1))],
     "BatchNormalization": _batchnorm,
@@ -253,4 +367,5 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 # Operands that fix the program's shape: they must be known when the graph is built.
-STATIC_OPERANDS = {("Reshape", 1), ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1)}
+STATIC_OPERANDS = {("Reshape", 1), ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1),
+                   ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1)}

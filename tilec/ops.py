@@ -225,6 +225,67 @@ def conv(x: Value, w: Value, bias: Value | None = None, *,
                             pads=pads, groups=int(groups), layout=layout, activation=None)
 
 
+def conv_transpose(x: Value, w: Value, bias: Value | None = None, *,
+                   strides: int | Sequence[int] | None = None,
+                   pads: int | Sequence[int] = 0,
+                   output_padding: int | Sequence[int] | None = None,
+                   dilations: int | Sequence[int] | None = None, groups: int = 1) -> Value:
+    """Transposed convolution (ONNX ConvTranspose), NCHW with weights [CI, CO/groups, kernel..]:
+    out[x] = sum over k, ci of in[(x + pad_begin - dilation * k) / stride] * w[ci, co, k] where
+    that index is an integer.  Output size per spatial dimension: (X - 1) * stride +
+    dilation * (K - 1) + 1 - pad_begin - pad_end + output_padding.  Pads may be negative (an
+    output larger than the natural one gets zeros at the edges)."""
+    r = x.ndim - 2
+    if r < 1 or w.ndim != x.ndim:
+        raise TileError(f"conv_transpose: input {list(x.shape)} and weights {list(w.shape)} "
+                        "need the same rank, at least 3")
+    ci, cog = x.shape[1], w.shape[1]
+    if groups < 1 or w.shape[0] != ci or ci % groups:
+        raise TileError(f"conv_transpose: {ci} input channels, weights {list(w.shape)} and "
+                        f"groups={groups} do not agree (weights need {ci} input channels, "
+                        "which must divide by groups)")
+    co = cog * groups
+    s = _ints(strides, r, "conv_transpose strides")
+    d = _ints(dilations, r, "conv_transpose dilations")
+    op = _ints(output_padding if output_padding is not None else 0, r,
+               "conv_transpose output_padding")
+    p = (int(pads),) * (2 * r) if isinstance(pads, int | np.integer) else \
+        tuple(int(v) for v in pads)  # type: ignore[union-attr]
+    if len(p) == r:
+        p = p + p
+    if len(p) != 2 * r:
+        raise TileError(f"conv_transpose pads {list(p)}: expected {r} or {2 * r} values")
+    if any(o < 0 or (o >= st and o >= dl) for o, st, dl in zip(op, s, d, strict=True)):
+        raise TileError(f"conv_transpose: output_padding {list(op)} must be non-negative and "
+                        f"smaller than the stride {list(s)} or the dilation {list(d)}")
+    out_sp = [(n - 1) * s[i] + d[i] * (k - 1) + 1 - p[i] - p[r + i] + op[i]
+              for i, (n, k) in enumerate(zip(x.shape[2:], w.shape[2:], strict=True))]
+    if any(o <= 0 for o in out_sp):
+        raise TileError(f"conv_transpose: the output size {out_sp} is not positive")
+    inputs = [x, w]
+    if bias is not None:
+        if bias.shape != (co,):
+            raise TileError(f"conv_transpose: the bias has shape {list(bias.shape)}, "
+                            f"expected [{co}]")
+        inputs.append(bias)
+    return x.graph.add_node("conv_transpose", inputs, (x.shape[0], co, *out_sp), x.dtype,
+                            strides=s, dilations=d, pads=p, groups=int(groups),
+                            activation=None)
+
+
+def upsample_nearest(x: Value, factors: Sequence[int]) -> Value:
+    """Nearest-neighbour upsampling by an integer factor per dimension (each element
+    repeated): out[.., f * i + j, ..] = x[.., i, ..] for j < f."""
+    f = tuple(int(v) for v in factors)
+    if len(f) != x.ndim or any(v < 1 for v in f):
+        raise TileError(f"upsample_nearest: factors {list(f)} must be {x.ndim} positive "
+                        "integers")
+    if all(v == 1 for v in f):
+        return identity(x)
+    return x.graph.add_node("upsample", [x], [n * v for n, v in zip(x.shape, f, strict=True)],
+                            x.dtype, factors=f)
+
+
 def conv2d(x: Value, w: Value, bias: Value | None = None, *,
            stride: int | Sequence[int] = 1, padding: object = 0,
            dilation: int | Sequence[int] = 1, groups: int = 1, layout: str = "NCHW") -> Value:
@@ -441,8 +502,8 @@ def concat(values: Sequence[Value], axis: int = 0) -> Value:
 
 
 __all__ = ["ACTIVATIONS", "ELEMENTWISE", "add", "avg_pool2d", "batchnorm", "clip", "concat",
-           "conv", "conv2d", "div", "exp", "flatten", "gemm", "global_avg_pool",
+           "conv", "conv2d", "conv_transpose", "div", "exp", "flatten", "gemm", "global_avg_pool",
            "global_max_pool", "identity", "leaky_relu", "matmul", "max_pool2d", "mul", "neg",
            "pool", "reduce_max", "reduce_mean", "reduce_sum", "relu", "relu6", "reshape",
            "resolve_pads", "sigmoid", "softmax", "sqrt", "sub", "tanh", "transpose",
-           "window_output"]
+           "upsample_nearest", "window_output"]
