@@ -7,12 +7,12 @@ the timed region).  Work counts are conventional, not what a kernel happens to e
 least traffic the operation needs (every input read once, every output written once), so
 flops / bytes is the arithmetic intensity that places a kernel on the roofline.
 
-This module imports neither tilec nor a peer at the top, so the PlaidML runner (another
-Python, another venv) could read it too."""
+Peers are imported inside their builders: the GPU host has torch and no onnxruntime, the CPU
+machine the other way round."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -48,8 +48,6 @@ class Case:
     # "compute": judged in GFLOP/s against peak FLOP/s; "memory": in GB/s against bandwidth.
     bound: str
     devices: tuple[str, ...] = ("cpu", "gpu")
-    note: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def bytes(self) -> float:
