@@ -14,6 +14,8 @@ from tilec.cost import cost_from_many, score, score_many
 from tilec.flat import FlatContraction, FlatTensor
 from tilec.hw import HwModel
 
+from .flats import matmul_flat, seed_flat
+
 SEED_HW = HwModel.load("seed-example")
 CPU = HwModel.load("pocl-cpu")
 
@@ -36,22 +38,6 @@ Computing cost for tile size: [8, 32, 2, 1, 16, 2, 2]
 """  # noqa: E501
 SEED_TILES = [(8, 32, 1, 3, 16, 8, 2), (8, 32, 1, 3, 16, 4, 4), (16, 32, 1, 1, 16, 2, 2),
               (8, 32, 2, 1, 16, 2, 2)]
-
-
-def seed_flat(n: int = 32) -> FlatContraction:
-    names = ("ci", "co", "i", "j", "n", "x", "y")
-    ranges = (64, 64, 3, 3, n, 224, 224)
-    out = FlatTensor("O", (0, 1, 0, 0, 3211264, 14336, 64), 0)
-    d = FlatTensor("D", (1, 0, 14336, 64, 3211264, 14336, 64), -14400)
-    k = FlatTensor("K", (1, 64, 12288, 4096, 0, 0, 0), 0)
-    return FlatContraction(names, ranges, (out, d, k))
-
-
-def matmul_flat(m: int, n: int, k: int) -> FlatContraction:
-    out = FlatTensor("C", (0, n, 1), 0)
-    a = FlatTensor("A", (1, k, 0), 0)
-    b = FlatTensor("B", (n, 0, 1), 0)
-    return FlatContraction(("k", "m", "n"), (k, m, n), (out, a, b))
 
 
 def test_seed_log_number_for_number() -> None:

@@ -18,17 +18,9 @@ from tilec.layout import (
     thread_split,
 )
 
+from .flats import seed_flat
+
 SEED_TILE = (8, 32, 2, 3, 16, 2, 2)
-
-
-def seed_flat(n: int = 32) -> FlatContraction:
-    """DESIGN.md's golden conv: O[n,x,y,co] = +(D[n,x+i-1,y+j-1,ci] * K[i,j,co,ci])."""
-    names = ("ci", "co", "i", "j", "n", "x", "y")
-    ranges = (64, 64, 3, 3, n, 224, 224)
-    out = FlatTensor("O", (0, 1, 0, 0, 3211264, 14336, 64), 0)
-    d = FlatTensor("D", (1, 0, 14336, 64, 3211264, 14336, 64), -14400)
-    k = FlatTensor("K", (1, 64, 12288, 4096, 0, 0, 0), 0)
-    return FlatContraction(names, ranges, (out, d, k))
 
 
 SEED_HW = HwModel.load("seed-example")
