@@ -23,6 +23,22 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+# Beside the program binaries: the tile search's choices, and (in the user cache directory)
+# the parser's tables, compiled templates and the devices that passed the build probe.
+_SMALL = ("search", "parser", "templates", "devices")
+
+
+def _small_files(cache: ProgramCache) -> dict[str, list]:
+    root = cache.directory.parent
+    found = {}
+    for name in _SMALL:
+        try:
+            found[name] = [p for p in (root / name).rglob("*") if p.is_file()]
+        except OSError:
+            found[name] = []
+    return found
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     cache = _cache()
     entries = sorted(cache.entries(with_fields=args.list), key=lambda e: -e.last_used)
@@ -32,6 +48,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"size:      {_size(total)} ({total} bytes)")
     print(f"cap:       {_size(cache.max_bytes)} ({cache.max_bytes} bytes; least recently used "
           "entries are removed past it)")
+    for name, files in _small_files(cache).items():
+        if files:
+            size = sum(p.stat().st_size for p in files if p.exists())
+            print(f"{name + ':':10} {len(files)} file{'s' if len(files) != 1 else ''}, "
+                  f"{_size(size)}")
     if args.list:
         for e in entries:
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
@@ -46,6 +67,17 @@ def cmd_clear(args: argparse.Namespace) -> int:
     cache = _cache()
     n = cache.clear()
     print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {cache.directory}")
+    for name, files in _small_files(cache).items():
+        gone = 0
+        for p in files:
+            try:
+                p.unlink()
+                gone += 1
+            except OSError:
+                pass
+        if gone:
+            print(f"removed {gone} file{'s' if gone != 1 else ''} from "
+                  f"{cache.directory.parent / name}")
     return 0
 
 
@@ -56,5 +88,5 @@ def register(sub, common) -> None:
     info = csub.add_parser("info", help="the directory, number of entries, size and cap")
     info.add_argument("--list", action="store_true", help="also list every entry")
     info.set_defaults(fn=cmd_info)
-    clear = csub.add_parser("clear", help="remove every cached program binary")
+    clear = csub.add_parser("clear", help="remove every cached program binary and search result")
     clear.set_defaults(fn=cmd_clear)

@@ -54,8 +54,18 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
                      for n, r in zip(flat.names, flat.ranges, strict=True))
         cost = score_tile(flat, hw, tile, post_ops=kernel.post_op_count, dtype=dtype)
         return tile, cost.log_text().splitlines(), None
-    result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k)
+    result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k,
+                    cache=search_cache_dir(config))
     return tuple(result.tile), result.cost.log_text().splitlines(), result
+
+
+def search_cache_dir(config: Config):
+    """Where searches are kept between processes (None: not kept)."""
+    if not config.use_disk_cache:
+        return None
+    from .cache import default_cache_root
+
+    return (config.cache_dir or default_cache_root()) / "search"
 
 
 def generate(plan: KernelPlan, hw: HwModel, config: Config,

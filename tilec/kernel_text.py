@@ -60,7 +60,21 @@ def template_env() -> jinja2.Environment:
     except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
         loader = jinja2.FileSystemLoader(Path(__file__).resolve().parent.parent / "templates")
     return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                              trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
+                              trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True,
+                              bytecode_cache=_bytecode_cache())
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept in tilec's cache directory (jinja checks each against its
+    template's source before use): compiling them is a fifth of a warm compile."""
+    from .cache import default_cache_root
+
+    try:
+        folder = default_cache_root() / "templates"
+        folder.mkdir(parents=True, exist_ok=True)
+        return jinja2.FileSystemBytecodeCache(str(folder))
+    except (OSError, RuntimeError):
+        return None
 
 
 def buf(name: str) -> str:

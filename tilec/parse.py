@@ -31,9 +31,41 @@ def _grammar_text() -> str:
         return (Path(__file__).resolve().parent.parent / "grammar" / "tile.lark").read_text()
 
 
+_OPTIONS = {"parser": "lalr", "propagate_positions": True,
+            "maybe_placeholders": True}
+
+
 @functools.cache
 def _parser() -> Lark:
-    return Lark(_grammar_text(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    """The LALR parser.  Building its tables takes lark about 0.3 s, most of a warm compile,
+    so they are kept in tilec's cache directory (keyed by the grammar, lark's and Python's
+    versions) and loaded from there by later processes."""
+    import io
+    import pickle
+    import sys
+
+    from . import memo
+    from .cache import default_cache_root
+
+    text = _grammar_text()
+    key = memo.digest(text, sorted(_OPTIONS.items()), lark.__version__, sys.version_info[:2])
+    try:
+        path = default_cache_root() / "parser" / "tile.lark.bin"
+    except Exception:  # pragma: no cover - no usable home directory
+        path = None
+    body = memo.read(path, key) if path is not None else None
+    if body is not None:
+        try:
+            return Lark.load(io.BytesIO(body))
+        except (pickle.UnpicklingError, EOFError, AttributeError, KeyError, TypeError,
+                ValueError):
+            pass
+    parser = Lark(text, **_OPTIONS)
+    if path is not None:
+        buf = io.BytesIO()
+        parser.save(buf)
+        memo.write(path, key, buf.getvalue())
+    return parser
 
 
 def _describe_expected(names: set[str] | frozenset[str]) -> str:

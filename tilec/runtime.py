@@ -87,6 +87,8 @@ def choose_device(spec: str | None = None):
     order = sorted(devices, key=lambda d: {"gpu": 0, "cpu": 1}.get(describe(d).kind, 2))
     failures = []
     for d in order:
+        if _known_good(describe(d)):
+            return d
         problem = _probe(d)
         if problem is None:
             return d
@@ -99,10 +101,16 @@ def choose_device(spec: str | None = None):
 _PROBE = "__kernel void tilec_probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
 
 
+# Contexts the probe opened on devices that passed, handed to the Runtime that follows (a
+# context costs a good part of a second on some GPU drivers).
+_PROBE_CONTEXTS: dict = {}
+
+
 @functools.cache
 def _probe(device) -> str | None:
     """Why a device cannot build a trivial kernel (None when it can).  Some installed OpenCL
-    drivers enumerate devices they cannot compile for."""
+    drivers enumerate devices they cannot compile for.  A device that passes is remembered on
+    disk (by platform, device and driver versions), so later processes skip the probe."""
     cl = _cl()
     try:
         ctx = cl.Context([device])
@@ -112,7 +120,38 @@ def _probe(device) -> str | None:
     except cl.Error as e:
         lines = [ln for ln in str(e).splitlines() if "error" in ln.lower()]
         return lines[-1].strip() if lines else str(e).splitlines()[0]
+    _PROBE_CONTEXTS[device] = ctx
+    _remember_good(describe(device))
     return None
+
+
+def _known_good_path():
+    from .cache import default_cache_root
+
+    return default_cache_root() / "devices" / "probed.json"
+
+
+def _device_key(info: DeviceInfo) -> str:
+    from . import memo
+
+    return memo.digest("probe", _PROBE, *info.key)
+
+
+def _known_good(info: DeviceInfo) -> bool:
+    from . import memo
+
+    found = memo.read_json(_known_good_path(), "probed")
+    return isinstance(found, dict) and _device_key(info) in found
+
+
+def _remember_good(info: DeviceInfo) -> None:
+    from . import memo
+
+    path = _known_good_path()
+    found = memo.read_json(path, "probed")
+    found = found if isinstance(found, dict) else {}
+    found[_device_key(info)] = info.label
+    memo.write_json(path, "probed", found)  # unwritable: probe again next time
 
 
 class Runtime:
@@ -124,7 +163,7 @@ class Runtime:
         self.device = device
         self.info = describe(device)
         try:
-            self.context = cl.Context([device])
+            self.context = _PROBE_CONTEXTS.pop(device, None) or cl.Context([device])
             self.queue = cl.CommandQueue(
                 self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
         except cl.Error as e:

@@ -24,6 +24,7 @@ import io
 import itertools
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ class TiledPlan:
     hw: HwModel | None = None
     post_ops: int = 0
     dtype: str = "float32"
+    cached: bool = False  # the outcome of an earlier process's search, read from the cache
 
     @property
     def costs(self) -> tuple[Cost, ...]:
@@ -78,7 +80,7 @@ class TiledPlan:
                 f"(flops_per_byte {self.cost.flops_per_byte:g}); {self.strategy} search scored "
                 f"{self.candidates_scored} tiles in {self.seconds:.3f} s "
                 f"({self.rejected_memory} over memory, {self.rejected_regs} over regs, "
-                f"{self.pruned} pruned)")
+                f"{self.pruned} pruned)" + ("; read from the search cache" if self.cached else ""))
 
 
 def candidates(r: int) -> list[int]:
@@ -108,11 +110,22 @@ def pow2_candidates(r: int) -> list[int]:
 
 def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "float32",
            top_k: int = 8, log: str | os.PathLike[str] | IO[str] | None = None, *,
-           post_inputs: int = 0, limit: int = LIMIT) -> TiledPlan:
+           post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None) -> TiledPlan:
     """Find the best-scoring tile.  `log` (a path or text stream) receives the top tiles' cost
-    log: text in the seed's format, or JSON lines when the path ends in .jsonl/.json."""
+    log: text in the seed's format, or JSON lines when the path ends in .jsonl/.json.
+    `cache` (a directory) keeps the outcome for later processes: the same contraction on the
+    same hardware model, scored by the same code, is not searched twice."""
     start = time.perf_counter()
     top_k = max(1, top_k)
+    key = path = None
+    if cache is not None:
+        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit)
+        path = Path(cache) / key[:2] / f"{key}.json"
+        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs)
+        if plan is not None:
+            if log is not None:
+                write_log(plan, log)
+            return plan
     es = hw.elem_size(dtype)
     cands = [candidates(r) for r in flat.ranges]
     strategy = "exhaustive"
@@ -139,9 +152,58 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
                      post_ops=post_ops, dtype=dtype)
+    if path is not None and key is not None:
+        from . import memo
+
+        memo.write_json(path, key, {
+            "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
+            "seconds": plan.seconds})
     if log is not None:
         write_log(plan, log)
     return plan
+
+
+_CODE_DIGEST: list[str] = []
+
+
+def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
+               post_inputs: int, limit: int) -> str:
+    from dataclasses import fields
+
+    from . import cost, flat as flat_mod, hw as hw_mod, layout as layout_mod, memo, schedule
+
+    if not _CODE_DIGEST:
+        _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
+                                               sys.modules[__name__]))
+    contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
+    return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
+                       top_k, post_inputs, limit)
+
+
+def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_ops: int,
+                dtype: str, post_inputs: int) -> TiledPlan | None:
+    from . import memo
+
+    found = memo.read_json(path, key)
+    try:
+        tiles = [tuple(int(t) for t in row) for row in found["top"]]
+        tally = tuple(int(n) for n in found["tally"])
+        strategy = str(found["strategy"])
+        seconds = float(found["seconds"])
+        if not tiles or len(tally) != 4 or any(
+                len(t) != len(flat.ranges) or not all(1 <= a <= r for a, r in
+                                                      zip(t, flat.ranges, strict=True))
+                for t in tiles):
+            return None
+    except (TypeError, KeyError, ValueError):
+        return None
+    top = tuple((t, score(flat, t, hw, post_ops, dtype, post_inputs=post_inputs))
+                for t in tiles)
+    return TiledPlan(flat=flat, tile=top[0][0], cost=top[0][1], top=top,
+                     candidates_scored=tally[0], rejected_memory=tally[1],
+                     rejected_regs=tally[2], pruned=tally[3],
+                     seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
+                     cached=True)
 
 
 def score_tile(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
