@@ -178,6 +178,30 @@ def test_injected_timer_picks_the_fastest_and_compile_uses_it(tmp_path):
 
 
 @device
+def test_a_difference_inside_the_noise_keeps_the_models_choice(tmp_path):
+    config = Config(records_path=tmp_path / "r.jsonl")
+    near = tune(MATMUL, MM_SHAPES, config=config, top_k=3,
+                timer=lambda c: {0: 1.00e-3, 1: 0.98e-3, 2: 1.05e-3}[c.rank])
+    (k,) = near.kernels
+    assert k.best is k.first and k.gain == pytest.approx(1.0)
+    assert k.regret == pytest.approx(1.0 / 0.98)  # the report card still says what was seen
+    assert k.record.tile == k.first.candidate.tile
+    far = tune(MATMUL, MM_SHAPES, config=config, top_k=3,
+               timer=lambda c: {0: 1.00e-3, 1: 0.90e-3, 2: 1.05e-3}[c.rank])
+    assert far.kernels[0].best.candidate.rank == 1
+
+
+def test_noise_margin_grows_with_the_spread():
+    from tilec.tune import Measurement, _clearly_faster
+
+    c = object()
+    first = Measurement(c, "ok", 1.0e-3, spread=0.01)  # type: ignore[arg-type]
+    assert _clearly_faster(Measurement(c, "ok", 0.9e-3, spread=0.02), first)  # type: ignore
+    assert not _clearly_faster(Measurement(c, "ok", 0.9e-3, spread=0.2), first)  # type: ignore
+    assert not _clearly_faster(Measurement(c, "ok", 0.98e-3), first)  # type: ignore
+
+
+@device
 def test_a_wrong_candidate_is_reported_and_never_chosen(tmp_path, monkeypatch):
     real = tune_mod.variant
 

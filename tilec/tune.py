@@ -73,6 +73,7 @@ class Measurement:
     status: str  # "ok", "failed" (wrong results), "error" (no build/launch), "skipped"
     seconds: float | None = None
     note: str = ""
+    spread: float = 0.0  # relative spread of the timed runs: (q75 - q25) / median
 
     @property
     def gflops(self) -> float | None:
@@ -248,6 +249,9 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
     ok = [m for m in results if m.status == "ok"]
     # Ties go to the earlier candidate: the model's order, then fewer threads.
     best = min(ok, key=lambda m: m.seconds) if ok else None  # type: ignore[arg-type,return-value]
+    if best is not None and first.status == "ok" and best is not first and not _clearly_faster(
+            best, first):
+        best = first  # a difference inside the timing noise is no reason to leave the model
     record = None
     if best is not None:
         c = best.candidate
@@ -258,6 +262,18 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
     return KernelTuning(k.name, "contraction" if isinstance(k, ContractionKernel)
                         else "elementwise", kernel_digest(k, plan, hw, config), tuple(results),
                         best, first, rho, regret, record)
+
+
+# A candidate replaces the model's first choice only when it is faster by more than this
+# fraction and by more than the two candidates' spreads together: microsecond kernels jitter
+# by several percent from launch to launch, and a record made from noise would pin a tile
+# that is no better on the next run.
+NOISE_FLOOR = 0.03
+
+
+def _clearly_faster(best: Measurement, first: Measurement) -> bool:
+    margin = max(NOISE_FLOOR, best.spread + first.spread)
+    return best.seconds < first.seconds * (1.0 - margin)  # type: ignore[operator]
 
 
 # -- measurement ---------------------------------------------------------------------------------
@@ -298,7 +314,7 @@ class _Runner:
             out.append(m)
             passed.append((len(out) - 1, m.candidate, self.bench.kernel_for(m.candidate.source)))
         if self.timer is not None:
-            secs = [float(self.timer(c)) for _, c, _ in passed]
+            secs = [(float(self.timer(c)), 0.0) for _, c, _ in passed]
         else:
             try:
                 secs = self.bench.time([(c.source, k) for _, c, k in passed], self.warmup,
@@ -308,8 +324,8 @@ class _Runner:
                 for i, c, _ in passed:
                     out[i] = Measurement(c, "error", note=note)
                 return out
-        for (i, c, _), t in zip(passed, secs, strict=True):
-            out[i] = Measurement(c, "ok", t)
+        for (i, c, _), (t, spread) in zip(passed, secs, strict=True):
+            out[i] = Measurement(c, "ok", t, spread=spread)
         return out
 
     def _check(self, c: Candidate) -> tuple[Measurement, object]:
@@ -425,8 +441,9 @@ class _Bench:
         return compare(self.reference, outs, p, self.config)
 
     def time(self, runs: Sequence[tuple[KernelSource, object]], warmup: int,
-             repeat: int) -> list[float]:
-        """Median event time of each (source, kernel), timed in interleaved rounds.  Launch n
+             repeat: int) -> list[tuple[float, float]]:
+        """Median event time of each (source, kernel) and the runs' relative spread, timed in
+        interleaved rounds.  Launch n
         reads input copy n mod copies, so consecutive launches never share a copy, and each
         round starts one candidate later, so that no candidate always runs in the same place
         (the first of a round once always found its inputs out of cache)."""
@@ -443,7 +460,11 @@ class _Bench:
                 t = event_seconds(ev)
                 if i >= warmup:
                     times[j].append(t)
-        return [float(np.median(t)) for t in times]
+        out = []
+        for t in times:
+            q25, med, q75 = (float(q) for q in np.percentile(t, [25, 50, 75]))
+            out.append((med, (q75 - q25) / med if med > 0 else 0.0))
+        return out
 
 
 def describe(report: TuneReport) -> str:
@@ -453,7 +474,7 @@ def describe(report: TuneReport) -> str:
         lines.append("")
         lines.append(f"{t.kernel} ({t.kind}, {len(t.results)} candidates)")
         lines.append(f"  {'rank':>4}  {'tile':<34} {'local':>6} {'score':>8} {'time ms':>10} "
-                     f"{'GFLOP/s':>9}  status")
+                     f"{'spread':>6} {'GFLOP/s':>9}  status")
         for m in t.results:
             c = m.candidate
             tile = " ".join(f"{n}={v}" for n, v in c.tile) or "-"
@@ -461,14 +482,19 @@ def describe(report: TuneReport) -> str:
             score = "" if c.score is None else f"{c.score:.4g}"
             secs = "" if m.seconds is None else f"{m.seconds * 1e3:.4f}"
             rate = "" if m.gflops is None else f"{m.gflops:.2f}"
+            spread = "" if m.seconds is None else f"{m.spread * 100:.1f}%"
             status = m.status + (f": {m.note}" if m.note and m.status != "ok" else "")
             lines.append(f"{mark} {c.rank + 1:>4}  {tile:<34} {c.local_size or 'auto':>6} "
-                         f"{score:>8} {secs:>10} {rate:>9}  {status}")
+                         f"{score:>8} {secs:>10} {spread:>6} {rate:>9}  {status}")
         if t.kind == "contraction":
             rho = "n/a" if t.rho is None else f"{t.rho:+.3f}"
             regret = "n/a" if t.regret is None else f"{t.regret:.3f}"
             lines.append(f"  rho {rho} (model rank vs measured rank of the top tiles)")
             lines.append(f"  regret {regret} (model's first choice / best tile)")
+        if (t.first is not None and t.best is t.first and t.regret is not None
+                and t.regret > 1.0):
+            lines.append(f"  kept the model's first choice: the fastest was within the timing "
+                         f"noise (a {NOISE_FLOOR:.0%} floor, or the candidates' spreads)")
         if t.gain is not None:
             lines.append(f"  chosen: {t.best.candidate.label()}: "  # type: ignore[union-attr]
                          f"{t.gain:.3f}x the model's first choice")
