@@ -111,6 +111,12 @@ class _Contraction:
                 val = f"{name}[{off}]"
                 return val if W == 1 else f"(({ctype}{W})({val}))"
             if step == 1:
+                if st.local_base % W == 0 and all(
+                        ls % W == 0 for k, ls in enumerate(st.local_strides) if k != v):
+                    # Every vector starts on a multiple of W (the layout is widened for it,
+                    # the thread's lane offset and the loop step are multiples of W), and
+                    # the buffer is aligned to a vector: one aligned local read.
+                    return f"*((__local const {ctype}{W}*)({name} + ({off})))"
                 return f"vload{W}(0, {name} + ({off}))"
             lanes = ", ".join(f"{name}[{off} + {j * step}]" for j in range(W))
             return f"(({ctype}{W})({lanes}))"
@@ -208,28 +214,39 @@ class _Contraction:
                 self.counts[k] * self.sched.tile[k] == f.ranges[k] for k in range(len(f.names)))
             store = (f"s_{i}[{{l}}] = {load};" if safe else
                      f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
-            per = -(-elems // T)
-            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}]")
+            vw = self.copy_width(st, t, safe)
+            per = -(-elems // (T * vw))
+            align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
+            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}] "
+                        f"__attribute__((aligned({align})))")
             dims = " x ".join(str(m[0]) for m in st.merged)
             comment = f"stage {t.name}: {dims} (padded to {st.elems})"
             base = f"const int sb{i} = {_lin(base_terms, t.offset - zero)};"
             if per <= 16:
                 body = [base]
+                units = elems // vw  # vectors (or elements) to copy
                 for q in range(per):
                     e = f"se{i}_{q}"
                     pre.append(f"const int {e} = get_local_id(0) + {q * T};")
                     g_terms, l_terms, step = [], [], 1
-                    for rng, gs, ls, _ in st.merged:
-                        c = f"(({e} / {step}) % {rng})" if step > 1 else f"({e} % {rng})"
+                    for j, (rng, gs, ls, _) in enumerate(st.merged):
+                        r = rng // vw if j == 0 else rng
+                        c = f"(({e} / {step}) % {r})" if step > 1 else f"({e} % {r})"
+                        if j == 0 and vw > 1:
+                            c = f"{vw} * {c}"
                         g_terms.append((gs, c))
                         l_terms.append((ls, c))
-                        step *= rng
+                        step *= r
                     pre.append(f"const int sg{i}_{q} = {_lin(g_terms)};")
                     pre.append(f"const int sl{i}_{q} = {_lin(l_terms)};")
-                    copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
-                        + store.format(l=f"sl{i}_{q}") + " }"
-                    if (q + 1) * T > elems:
-                        copy = f"if ({e} < {elems}) " + copy
+                    if vw > 1:
+                        copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
+                            + self.vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
+                    else:
+                        copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
+                            + store.format(l=f"sl{i}_{q}") + " }"
+                    if (q + 1) * T > units:
+                        copy = f"if ({e} < {units}) " + copy
                     body.append(copy)
                 blocks.append({"comment": comment, "loop": False, "body": body})
                 continue
@@ -247,6 +264,38 @@ class _Contraction:
             blocks.append({"comment": comment, "loop": True, "elems": elems, "body": body,
                            "pre": [base]})
         return bufs, blocks, pre
+
+    def copy_width(self, st, t, safe: bool) -> int:
+        """Elements each copy instruction of the staging moves: a vector of W when the
+        tensor's unit-stride run is a whole number of vectors and every vector the tile reads
+        starts on a multiple of W (then one aligned global load moves W elements), else 1."""
+        W = self.W
+        if W <= 1 or not safe or t.dtype not in ("float32", "int32") or not st.merged:
+            return 1
+        rng, gs, _, _ = st.merged[0]
+        if gs != 1 or rng % W or any(z for *_, z in st.merged) or t.offset % W:
+            return 1
+        if any(m[1] % W for m in st.merged[1:]):
+            return 1
+        # The tile's origin: each index moves it by stride x a multiple of its tile size.
+        for k, stride in enumerate(t.strides):
+            if stride % W and self.sched.tile[k] % W:
+                return 1
+        return W
+
+    def vector_copy(self, st, t, i: int, vw: int, local: str) -> str:
+        """Copy one aligned vector from global memory into the local buffer."""
+        c = clexpr.COMPUTE[t.dtype]
+        load = f"*((__global const {c}{vw}*)({buf(t.name)} + g))"
+        ls0 = st.merged[0][2]
+        if ls0 == 1 and all(m[2] % vw == 0 for m in st.merged[1:]) and st.local_base % vw == 0:
+            return f"*((__local {c}{vw}*)(s_{i} + {local})) = {load};"
+        lanes = "xyzw" if vw <= 4 else None
+        parts = [f"const {c}{vw} v = {load};"]
+        for j in range(vw):
+            lane = f"v.{lanes[j]}" if lanes else f"v.s{j:x}"
+            parts.append(f"s_{i}[{local} + {j * ls0}] = {lane};")
+        return " ".join(parts)
 
     def red_var(self, k: int) -> str:
         n = self.flat.names[k]

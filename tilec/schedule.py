@@ -116,7 +116,7 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     budget = hw.threads if threads is None else threads
     th = split_threads(flat, tile, budget, vec_index, lanes)
     use_local = (staging or hw.staging) == "local"
-    staged = tuple(stage_input(flat, tuple(tile), i) if use_local else None
+    staged = tuple(stage_input(flat, tuple(tile), i, vec_index, lanes) if use_local else None
                    for i in range(len(flat.inputs)))
     return Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
 
@@ -175,16 +175,43 @@ def _pow2s(n: int, cap: int) -> list[int]:
     return out
 
 
-def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int) -> Staged:
-    """PlaidML's merged load indices and padded local layout for input i (see `layout`)."""
+def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int,
+                vec_index: int | None = None, lanes: int = 1) -> Staged:
+    """PlaidML's merged load indices and padded local layout for input i (see `layout`).
+
+    Where the vector lanes walk this input's unit-stride local index, the layout is widened so
+    that every vector starts on a multiple of the lane count: each stride past the first
+    becomes a multiple of `lanes`, padded by `lanes` where PlaidML pads by one.  The kernel can
+    then read a whole vector from local memory in one aligned access (a 129-float row would
+    split every float4 read into four)."""
     from .layout import read_plan
 
     lay = read_plan(flat.names, flat.inputs[i], tile, 1)
+    indices = list(lay.indices)
+    elems = lay.local_size_elems
+    strides = {id(m): m.local_stride for m in indices}
+    if vec_index is not None and lanes > 1 and flat.inputs[i].strides[vec_index] != 0:
+        name = flat.names[vec_index]
+        inner = [m for m in indices if m.local_stride == 1 and (name, 1) in m.parts]
+        if inner:
+            order = sorted(indices, key=lambda m: (m is not inner[0], m.local_stride))
+            cur = 1
+            for j, m in enumerate(order):
+                strides[id(m)] = cur
+                nxt = order[j + 1].local_stride if j + 1 < len(order) else None
+                span = cur * m.range
+                # PlaidML bumped the running size by one here when the next stride exceeds
+                # this span; bump by a whole vector instead.
+                padded = nxt is not None and nxt > m.local_stride * m.range
+                cur = -(-span // lanes) * lanes + (lanes if padded else 0)
+            elems = max(1, sum((m.range - 1) * strides[id(m)] for m in order) + 1)
+            elems = -(-elems // lanes) * lanes
     merged, local_strides, base = [], [0] * len(tile), 0
-    for m in lay.indices:
-        merged.append((m.range, m.global_stride, m.local_stride, m.zero))
-        base += m.zero * m.local_stride
+    for m in indices:
+        ls = strides[id(m)]
+        merged.append((m.range, m.global_stride, ls, m.zero))
+        base += m.zero * ls
         for name, mult in m.parts:
-            local_strides[flat.names.index(name)] = mult * m.local_stride
+            local_strides[flat.names.index(name)] = mult * ls
     merged.sort(key=lambda x: abs(x[1]))
-    return Staged(i, tuple(merged), tuple(local_strides), lay.local_size_elems, base)
+    return Staged(i, tuple(merged), tuple(local_strides), elems, base)
