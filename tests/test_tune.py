@@ -303,3 +303,25 @@ def test_cli_tune_rejects_bad_options(tmp_path, capsys):
     assert "--top-k" in capsys.readouterr().err
     assert main(["tune", str(prog), "--budget", "-1"]) == 1
 
+
+
+def test_far_slower_candidates_are_timed_once(monkeypatch):
+    from types import SimpleNamespace
+
+    calls = []
+
+    class FakeRuntime:
+        def launch(self, kernel, global_size, local_size, args):
+            calls.append(kernel)
+            return kernel  # the "event" is the kernel's duration
+
+    monkeypatch.setattr(tune_mod, "event_seconds", lambda ev: ev)
+    bench = tune_mod._Bench.__new__(tune_mod._Bench)
+    bench.runtime = FakeRuntime()
+    bench.copies = [{}]
+    bench._args = lambda src, copy=0: []
+    src = SimpleNamespace(global_size=1, local_size=1)
+    out = bench.time([(src, 1e-3), (src, 1.1e-3), (src, 9e-3)], warmup=1, repeat=5)
+    assert [t for t, _ in out] == [1e-3, 1.1e-3, 9e-3]
+    assert calls.count(9e-3) == 1  # the scouting run only
+    assert calls.count(1e-3) == 1 + 1 + 5  # scouting, warm-up, timed runs

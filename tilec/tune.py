@@ -269,6 +269,8 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
 # by several percent from launch to launch, and a record made from noise would pin a tile
 # that is no better on the next run.
 NOISE_FLOOR = 0.03
+# Candidates this many times slower than the fastest on a first run are timed once only.
+SCOUT_FACTOR = 4.0
 
 
 def _clearly_faster(best: Measurement, first: Measurement) -> bool:
@@ -450,14 +452,29 @@ class _Bench:
         rt = self.runtime
         times: list[list[float]] = [[] for _ in runs]
         n = 0
+
+        def launch(j: int) -> float:
+            nonlocal n
+            src, kernel = runs[j]
+            ev = rt.launch(kernel, src.global_size, src.local_size,
+                           self._args(src, n % len(self.copies)))
+            n += 1
+            return event_seconds(ev)
+
+        # A scouting round: candidates far slower than the fastest (a work-group of one
+        # thread, say) keep that one time rather than costing `repeat` slow runs each.
+        live = list(range(len(runs)))
+        if len(runs) > 1 and repeat > 1:
+            scout = [launch(j) for j in live]
+            fastest = min(scout)
+            slow = {j for j in live if scout[j] > SCOUT_FACTOR * fastest}
+            for j in slow:
+                times[j].append(scout[j])
+            live = [j for j in live if j not in slow]
         for i in range(warmup + repeat):
-            for step in range(len(runs)):
-                j = (i + step) % len(runs)
-                src, kernel = runs[j]
-                ev = rt.launch(kernel, src.global_size, src.local_size,
-                               self._args(src, n % len(self.copies)))
-                n += 1
-                t = event_seconds(ev)
+            for step in range(len(live)):
+                j = live[(i + step) % len(live)]
+                t = launch(j)
                 if i >= warmup:
                     times[j].append(t)
         out = []
