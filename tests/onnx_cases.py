@@ -12,20 +12,10 @@ import numpy as np
 
 from tilec.errors import TileError
 
-# Cases that raise a TileError on purpose: the attribute, output or shape is not supported.
+# Cases that raise a TileError on purpose: the attribute, output or type is not supported.
 UNSUPPORTED = {
-    "test_batchnorm_example_training_mode": "training_mode=1",
-    "test_batchnorm_epsilon_training_mode": "training_mode=1",
-    "test_maxpool_with_argmax_2d_precomputed_pads": "Indices output",
-    "test_maxpool_with_argmax_2d_precomputed_strides": "Indices output",
     "test_identity_sequence": "only tensors",
     "test_identity_opt": "only tensors",
-    "test_reduce_max_empty_set": "sizes must be positive",
-    "test_reduce_max_empty_set_bool": "sizes must be positive",
-    "test_reduce_sum_empty_set": "sizes must be positive",
-    "test_reduce_sum_empty_set_non_reduced_axis_zero": "sizes must be positive",
-    "test_reduce_sum_square_empty_set_expanded": "sizes must be positive",
-    "test_reshape_allowzero_reordered": "sizes must be positive",
     # Resize: only nearest by an integer factor (a repeat) is supported.
     "test_resize_downsample_scales_cubic":
         "attribute mode='cubic' is not supported",

@@ -208,3 +208,63 @@ def test_scale_bias_activation_variants_fold_into_conv_and_matmul():
     conv = 0.5 * conv_nchw(x, w, stride=(2, 2)) + t1
     close(outs["c"], np.where(conv > 0, conv, 0.2 * conv))
     close(outs["m"], sigmoid((a @ b) * s2 + t2))
+
+
+# reshapes read in place (tilec.views) ------------------------------------------------------------
+
+def _head(kind):
+    """A global-pool classifier head whose reshape only drops unit dimensions, and numpy's
+    result: gemm (trans_b) reading a flatten, matmul reading a reshape as its left operand,
+    gemm with trans_a reading a [C, 1, N] tensor as [C, N], and matmul's right operand."""
+    x = rand(3, 6, 4, 5)
+    g = Graph(kind)
+    xv = g.input("x", x.shape)
+    pooled = ops.global_avg_pool(ops.relu(xv))  # [3, 6, 1, 1], computed: not a constant
+    p = np.maximum(x, 0).mean(axis=(2, 3))
+    if kind == "gemm":
+        w, c = rand(7, 6), rand(7)
+        y = ops.gemm(ops.flatten(pooled), g.constant(w), g.constant(c), alpha=0.5, trans_b=True)
+        want = 0.5 * p @ w.T + c
+    elif kind == "matmul":
+        w = rand(6, 7)
+        y = ops.matmul(ops.reshape(pooled, (3, 6)), g.constant(w))
+        want = p @ w
+    elif kind == "gemm_trans_a":
+        w = rand(6, 4)
+        t = ops.transpose(pooled, (1, 2, 0, 3))  # [6, 1, 3, 1]
+        y = ops.gemm(ops.reshape(t, (6, 3)), g.constant(w), trans_a=True)
+        want = p @ w
+    else:  # the right operand
+        a = rand(5, 6)
+        y = ops.matmul(g.constant(a), ops.reshape(ops.transpose(pooled, (1, 0, 2, 3)), (6, 3)))
+        want = a @ p.T
+    g.output("y", ops.tanh(y))
+    return g, x, np.tanh(want)
+
+
+@device
+@pytest.mark.parametrize("kind", ["gemm", "matmul", "gemm_trans_a", "right_operand"])
+def test_reshape_into_a_product_is_read_in_place(kind):
+    g, x, want = _head(kind)
+    without = [p for p in passes.DEFAULT_PASSES if p != "reshape_views"]
+    copy_exe, copy_outs = run(g, {"x": x}, passes=without)
+    view_exe, view_outs = run(g, {"x": x}, passes=True)
+    close(copy_outs["y"], want)
+    close(view_outs["y"], want)
+    assert "reshape" in ops_of(copy_exe.graph) and "reshape" not in ops_of(view_exe.graph)
+    assert len(view_exe.kernels) == len(copy_exe.kernels) - 1
+    product = next(n for n in view_exe.graph.nodes if n.op in ("gemm", "matmul"))
+    assert product.get("view_a") or product.get("view_b")
+    close(view_exe.graph.evaluate(x=x)["y"], want)  # the numpy reference reads it the same way
+
+
+@device
+def test_reshapes_that_merge_dimensions_keep_their_copy():
+    x, w = rand(2, 3, 4, 4), rand(48, 5)
+    g = Graph()
+    xv = g.input("x", x.shape)
+    g.output("y", ops.matmul(ops.flatten(ops.relu(xv)), g.constant(w)))
+    exe, outs = run(g, {"x": x}, passes=True)
+    close(outs["y"], np.maximum(x, 0).reshape(2, 48) @ w)
+    assert "reshape" in ops_of(exe.graph)
+    assert not any(n.get("view_a") or n.get("view_b") for n in exe.graph.nodes)

@@ -180,8 +180,8 @@ class Graph:
     # building ----------------------------------------------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Value:
         shape = tuple(int(s) for s in shape)
-        if any(s <= 0 for s in shape):
-            raise TileError(f"input {name}: sizes must be positive, got {list(shape)}")
+        if any(s < 0 for s in shape):
+            raise TileError(f"input {name}: sizes must not be negative, got {list(shape)}")
         self._claim(name)
         t = TensorType(shape, normalize_dtype(dtype, f"input {name}"))
         self.inputs[name] = t
@@ -207,9 +207,9 @@ class Graph:
                  dtype: str, name: str | None = None, **attrs: object) -> Value:
         names = tuple(self._name_of(v) for v in inputs)
         shape = tuple(int(s) for s in shape)
-        if any(s <= 0 for s in shape):
-            raise TileError(f"{op}: the result would have shape {list(shape)}; every size "
-                            "must be positive")
+        if any(s < 0 for s in shape):
+            raise TileError(f"{op}: the result would have shape {list(shape)}; sizes must "
+                            "not be negative")
         out = self.fresh(name or op)
         self._claim(out)
         t = TensorType(shape, dtype)
@@ -339,9 +339,10 @@ class Graph:
                 passes: bool | Sequence[str] = True) -> GraphExecutable:
         """Optimise (`passes`: True for the inference passes, False for none, or pass names)
         and compile into kernels for one device."""
+        from .empty import eliminate_empty
         from .passes import optimize
 
-        g = self
+        g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
         if passes:
             g = optimize(self, None if passes is True else passes)
         return GraphExecutable.build(g, device=device, hw=hw, config=config, validate=validate)
@@ -350,12 +351,14 @@ class Graph:
 class GraphExecutable:
     """A compiled graph: call it with the graph's inputs; the constants are bound here."""
 
-    def __init__(self, graph: Graph, program: TileProgram, executable: Executable):
+    def __init__(self, graph: Graph, program: TileProgram, executable: Executable | None):
         self.graph = graph
         self.program = program
+        # None when every output is empty (`tilec.empty`): there is nothing to run.
         self.executable = executable
         # Weights go to the device once, not on every call.
-        executable.bind(program.bound)
+        if executable is not None:
+            executable.bind(program.bound)
 
     @classmethod
     def build(cls, graph: Graph, *, device: str | None = None,
@@ -365,6 +368,8 @@ class GraphExecutable:
         from .errors import Source
 
         program = graph.lower()
+        if not program.has_kernels:
+            return cls(graph, program, None)
         exe = tile_compile(Source(program.source, f"<graph {graph.name}>"), program.shapes,
                            dtype=program.dtypes, device=device, hw=hw, config=config,
                            validate=validate)
@@ -384,15 +389,15 @@ class GraphExecutable:
 
     @property
     def kernels(self):
-        return self.executable.kernels
+        return self.executable.kernels if self.executable is not None else []
 
     @property
     def source(self) -> str:
-        return self.executable.source
+        return self.executable.source if self.executable is not None else ""
 
     @property
     def last_timings(self) -> dict[str, float]:
-        return self.executable.last_timings
+        return self.executable.last_timings if self.executable is not None else {}
 
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)
@@ -406,13 +411,20 @@ class GraphExecutable:
         extra = sorted(set(arrays) - set(self.graph.inputs))
         if extra:
             raise TileError(f"unknown input {extra[0]} (inputs: {', '.join(self.graph.inputs)})")
+        for k, shape in self.program.empty_inputs.items():  # not inputs of the kernels
+            if tuple(np.shape(arrays[k])) != tuple(shape):
+                raise TileError(f"input {k}: expected shape {list(shape)}, got "
+                                f"{list(np.shape(arrays[k]))}")
         return {tile_name: arrays[k] for k, tile_name in self.program.inputs.items()}
 
     def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
             repeat: int = 1) -> dict[str, np.ndarray]:
-        """Run the kernels (`poison`: fill every buffer the kernels write with NaN first)."""
-        outs = self.executable.run(self.bind(arrays), poison=poison, repeat=repeat)
-        return {k: outs[t] for k, t in self.program.outputs.items()}
+        """Run the kernels (`poison`: fill every buffer the kernels write with NaN first).
+        Outputs with no elements come from the host, with their shapes and types."""
+        feed = self.bind(arrays)
+        outs = {} if self.executable is None else \
+            self.executable.run(feed, poison=poison, repeat=repeat)
+        return self.program.arrange(outs)
 
     def reference(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The numpy reference's outputs for the same inputs."""

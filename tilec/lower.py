@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,23 +28,46 @@ class TileProgram:
     inputs: Mapping[str, str]  # graph input -> Tile name
     bound: Mapping[str, np.ndarray]  # Tile name -> constant array the executable binds
     outputs: Mapping[str, str]  # graph output -> Tile name
+    # Tensors with no elements are not in the Tile program (see `tilec.empty`): graph inputs
+    # (shape only, to check the caller's arrays) and outputs (made on the host).
+    empty_inputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    empty_outputs: Mapping[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
+    order: tuple[str, ...] = ()  # every graph output, in the graph's order
+
+    @property
+    def has_kernels(self) -> bool:
+        """False when every output is empty: there is no Tile function to compile."""
+        return bool(self.outputs)
+
+    def host_outputs(self) -> dict[str, np.ndarray]:
+        """The empty outputs, as fresh arrays."""
+        from .empty import NP_DTYPES
+
+        return {k: np.zeros(s, NP_DTYPES[d]) for k, (s, d) in self.empty_outputs.items()}
+
+    def arrange(self, tile_outs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every graph output, from the Tile outputs (keyed by Tile name) and the empty ones."""
+        outs = {k: tile_outs[t] for k, t in self.outputs.items()}
+        outs.update(self.host_outputs())
+        return {k: outs[k] for k in (self.order or tuple(outs))}
 
     def evaluate(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The numpy reference's outputs, keyed by graph output name."""
         from .api import check_program
         from .reference import evaluate_program
 
+        if not self.has_kernels:
+            return self.arrange({})
         program = check_program(Source(self.source, "<graph>"), self.shapes, self.dtypes)
         feed = dict(self.bound)
         for k, t in self.inputs.items():
             feed[t] = np.asarray(arrays[k])
-        outs = evaluate_program(program, feed)
-        return {k: outs[t] for k, t in self.outputs.items()}
+        return self.arrange(evaluate_program(program, feed))
 
 
 _RESERVED = {"function", "default", "no_defract"}
 # The lowering's index variables: Tile keeps them apart from tensors, a reader might not.
-_INDEX_LIKE = re.compile(r"n|c|g|m|k|co|ci|[xkibjr]\d+")
+_INDEX_LIKE = re.compile(r"n|c|g|m|k|co|ci|[xkibjrq]\d+")
 
 
 def _sanitize(name: str) -> str:
@@ -122,17 +145,21 @@ def activation_text(node: Node, expr: str) -> str:
     return ew_text(str(act), [operand], dict(node.get("act_attrs", ()) or ()), node.dtype)
 
 
-def refinement(src: Sequence[int], dst: Sequence[int]
+def refinement(src: Sequence[int], dst: Sequence[int], prefix: str = "r"
                ) -> tuple[list[str], list[str], list[str]] | None:
-    """Index variables, source polynomials and destination polynomials of a row-major reshape,
-    when every place value of one shape divides the next one of the other (None otherwise)."""
+    """Index variables (`prefix` + digit), source polynomials and destination polynomials of a
+    row-major reshape, when every place value of one shape divides the next one of the other
+    (None otherwise)."""
     def cuts(shape: Sequence[int]) -> list[int]:
         return [math.prod(shape[k:]) for k in range(len(shape) + 1)]
+
+    if 0 in src or 0 in dst:  # no elements: nothing to copy (`tilec.empty`)
+        return None
 
     places = sorted(set(cuts(src)) | set(cuts(dst)))
     if any(b % a for a, b in zip(places, places[1:], strict=False)):
         return None
-    digits = [(f"r{j}", p, places[j + 1] // p) for j, p in enumerate(places[:-1])]
+    digits = [(f"{prefix}{j}", p, places[j + 1] // p) for j, p in enumerate(places[:-1])]
 
     def polys(shape: Sequence[int]) -> list[str]:
         out = []
@@ -263,13 +290,20 @@ def _flat_poly(vs: Sequence[str], shape: Sequence[int]) -> str:
 
 
 def lower(graph: Graph) -> TileProgram:
+    from .empty import eliminate_empty, empty_outputs, is_empty
     from .lower_ops import EMITTERS
 
+    order = tuple(graph.outputs)
+    graph = eliminate_empty(graph)  # unchanged when no tensor is empty
     em = Emitter(graph)
-    inputs = {k: em.declare(k) for k in graph.inputs}
+    empty_in = {k: t.shape for k, t in graph.inputs.items() if is_empty(t.shape)}
+    inputs = {k: em.declare(k) for k in graph.inputs if k not in empty_in}
+    empty_out = {k: (t.shape, t.dtype) for k, t in empty_outputs(graph).items()}
     outputs: dict[str, str] = {}
     produced = {n.output for n in graph.nodes}
     for out, value in graph.outputs.items():
+        if out in empty_out:
+            continue
         if value in produced and value not in em.names:
             em.names[value] = em.unique(out)
             outputs[out] = em.names[value]
@@ -280,20 +314,23 @@ def lower(graph: Graph) -> TileProgram:
         em.stmt(f"// {node}")
         emit(em, node)
     for out, value in graph.outputs.items():
-        if out not in outputs:  # an input, a constant, or a value that is output twice
+        if out not in outputs and out not in empty_out:
+            # an input, a constant, or a value that is output twice
             name = em.unique(out)
             em.stmt(f"{name} = {em.ref(value)};")
             outputs[out] = name
-    if not outputs:
+    if not order:
         raise TileError(f"graph {graph.name} has no outputs")
-    outputs = {k: outputs[k] for k in graph.outputs}
+    outputs = {k: outputs[k] for k in graph.outputs if k in outputs}
+    if not outputs:  # every output is empty: nothing to compute
+        return TileProgram("", {}, {}, {}, {}, {}, empty_in, empty_out, order)
     params = ", ".join(f"{n}[{_dims(s)}]" for n, (s, _) in em.params.items())
     body = "\n".join("  " + line for line in em.lines)
     source = (f"// graph {graph.name}\nfunction ({params}) -> ({', '.join(outputs.values())}) "
               f"{{\n{body}\n}}\n")
     return TileProgram(source, {n: s for n, (s, _) in em.params.items()},
                        {n: d for n, (_, d) in em.params.items()}, inputs, dict(em.bound),
-                       outputs)
+                       outputs, empty_in, empty_out, order)
 
 
 __all__ = ["Emitter", "TileProgram", "activation_text", "affine", "ew_text", "lit", "lower",

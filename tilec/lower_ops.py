@@ -119,7 +119,9 @@ def _upsample(em: Emitter, node: Node) -> None:
 
 def _matmul(em: Emitter, node: Node) -> None:
     a, b = node.inputs[:2]
-    sa, sb = em.shape(a), em.shape(b)
+    # An operand read through a reshape (`tilec.views`) has the shape it is seen with.
+    sa = tuple(node.get("view_a") or em.shape(a))  # type: ignore[arg-type]
+    sb = tuple(node.get("view_b") or em.shape(b))  # type: ignore[arg-type]
     rows, cols = len(sa) > 1, len(sb) > 1
     batch = node.shape[:len(node.shape) - rows - cols]
     bv = [f"b{i}" for i in range(len(batch))]
@@ -135,21 +137,38 @@ def _matmul(em: Emitter, node: Node) -> None:
     o_idx = bv + (["m"] if rows else []) + (["n"] if cols else [])
     bias = node.inputs[2] if len(node.inputs) > 2 else None
     target = _target(em, node, bias is not None or node.get("activation") is not None)
-    em.stmt(f"{_out(target, o_idx, node.shape)} = "
-            f"+({em.ref(a)}[{_idx(a_idx)}] * {em.ref(b)}[{_idx(b_idx)}]);")
+    A, B, sub = _product_accesses(em, node, a_idx, b_idx)
+    em.stmt(f"{_out(target, [sub.get(v, v) for v in o_idx], node.shape)} = +({A} * {B});")
     em.finish(node, target, target if bias is None else f"{target} + {em.operand(bias)}")
 
 
+def _product_accesses(em: Emitter, node: Node, a_idx: Sequence[str], b_idx: Sequence[str]
+                      ) -> tuple[str, str, dict[str, str]]:
+    """The two operands' access texts; an operand seen through a reshape (`tilec.views`) reads
+    its source with digit polynomials, which replace its index variables everywhere."""
+    from .views import view_access
+
+    texts: list[str | None] = [None, None]
+    sub: dict[str, str] = {}
+    for k, idx in enumerate((a_idx, b_idx)):
+        if node.get(("view_a", "view_b")[k]):
+            texts[k], sub = view_access(em, node, k, idx, "rq"[k])
+    for k, idx in enumerate((a_idx, b_idx)):
+        if texts[k] is None:
+            texts[k] = f"{em.ref(node.inputs[k])}[{_idx([sub.get(v, v) for v in idx])}]"
+    return str(texts[0]), str(texts[1]), sub
+
+
 def _gemm(em: Emitter, node: Node) -> None:
-    a, b = node.inputs[:2]
     alpha, beta = float(node.get("alpha")), float(node.get("beta"))  # type: ignore[arg-type]
     c = node.inputs[2] if len(node.inputs) > 2 else None
     epilogue = alpha != 1 or c is not None or node.get("activation") is not None
     target = _target(em, node, epilogue)
-    a_idx = "k, m" if node.get("trans_a") else "m, k"
-    b_idx = "n, k" if node.get("trans_b") else "k, n"
-    em.stmt(f"{_out(target, ['m', 'n'], node.shape)} = "
-            f"+({em.ref(a)}[{a_idx}] * {em.ref(b)}[{b_idx}]);")
+    a_idx = ["k", "m"] if node.get("trans_a") else ["m", "k"]
+    b_idx = ["n", "k"] if node.get("trans_b") else ["k", "n"]
+    A, B, sub = _product_accesses(em, node, a_idx, b_idx)
+    em.stmt(f"{_out(target, [sub.get(v, v) for v in ('m', 'n')], node.shape)} = "
+            f"+({A} * {B});")
     expr = target if alpha == 1 else f"{lit(alpha, node.dtype)} * {target}"
     if c is not None:
         cc = em.operand(c)
@@ -212,6 +231,42 @@ def _pool(em: Emitter, node: Node) -> None:
         div = em.constant(counts.reshape(counts.shape + ((1,) if nhwc else ())),
                           f"{node.output}_count", node.dtype)
     em.stmt(f"{em.define(node)} = {target} / {div};")
+
+
+def _pool_indices(em: Emitter, node: Node) -> None:
+    """ONNX MaxPool's Indices: a max contraction over the window of `R[pos] = total - flat(pos)`
+    restricted (Tile's `a == b ? c`, 0 otherwise) to the positions that hold the maximum, so the
+    largest R is the first maximum in row-major order; index = total - that.  Column-major
+    (storage_order 1) rewrites the spatial digits of the row-major index elementwise."""
+    x, y = node.inputs
+    xs = em.shape(x)
+    r = len(xs) - 2
+    k, s, d, p = (node.get(a) for a in ("kernel", "strides", "dilations", "pads"))
+    sp = [f"x{i}" for i in range(r)]
+    ks = [f"k{i}" for i in range(r)]
+    pos = [affine({sp[i]: s[i], ks[i]: d[i]}, -p[i]) for i in range(r)]  # type: ignore[index]
+    out_idx, x_idx = ["n", "c", *sp], ["n", "c", *pos]
+    total = math.prod(xs)
+    rank = em.constant((total - np.arange(total, dtype=np.int64)).reshape(xs),
+                       f"{node.output}_rank", "int32")
+    first = em.temp(f"{node.output}_first")
+    cons = "".join(f", {ks[i]} < {k[i]}" for i in range(r))  # type: ignore[index]
+    em.stmt(f"{_out(first, out_idx, node.shape)} = >({em.ref(x)}[{_idx(x_idx)}] == "
+            f"{em.ref(y)}[{_idx(out_idx)}] ? {rank}[{_idx(x_idx)}]){cons};")
+    if not node.get("storage_order"):
+        em.stmt(f"{em.define(node)} = {total} - {first};")
+        return
+    flat = em.temp(f"{node.output}_rowmajor")
+    em.stmt(f"{flat} = {total} - {first};")
+    spatial = xs[2:]
+    size = math.prod(spatial)
+    terms = [f"{flat} / {size} * {size}"]  # (n * C + c) * H * W
+    for i in range(r):
+        place, col = math.prod(spatial[i + 1:]), math.prod(spatial[:i])
+        q = f"({flat} / {place})"
+        digit = f"({q} - {q} / {spatial[i]} * {spatial[i]})"
+        terms.append(digit if col == 1 else f"{digit} * {col}")
+    em.stmt(f"{em.define(node)} = {' + '.join(terms)};")
 
 
 def _reduce(em: Emitter, node: Node) -> None:
@@ -282,6 +337,7 @@ EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     **{op: _elementwise for op in ELEMENTWISE},
     "conv": _conv, "conv_transpose": _conv_transpose, "upsample": _upsample,
     "matmul": _matmul, "gemm": _gemm, "batchnorm": _batchnorm,
-    "max_pool": _pool, "avg_pool": _pool, "reduce": _reduce, "softmax": _softmax,
+    "max_pool": _pool, "avg_pool": _pool, "max_pool_indices": _pool_indices,
+    "reduce": _reduce, "softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
 }

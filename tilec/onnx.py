@@ -149,7 +149,11 @@ def to_graph(model: str | Path | Any, arrays: Mapping[str, np.ndarray] | None = 
             if e.message.startswith("ONNX node"):
                 raise
             raise ctx.fail(e.message) from None
-        for name, v in zip([o for o in node.output if o], outs, strict=False):
+        if len(outs) > len(node.output):
+            raise ctx.fail(f"internal: {len(outs)} results for {len(node.output)} outputs")
+        for name, v in zip(node.output, outs, strict=False):  # by position; "" is absent
+            if not name:
+                continue
             # Nodes take the model's names, so the Tile text reads like the model.
             if g.nodes and g.nodes[-1].output == v.name and \
                     all(x.name != v.name for x in env.values()):

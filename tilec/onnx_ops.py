@@ -12,6 +12,7 @@ import numpy as np
 from . import ops
 from .errors import TileError
 from .graph import Graph, Value
+from .ops_extra import batchnorm_training, max_pool_with_indices
 
 
 class NodeContext:
@@ -224,13 +225,20 @@ def _upsample(c: NodeContext) -> list[Value]:
 
 def _pool(kind: str) -> Converter:
     def convert(c: NodeContext) -> list[Value]:
-        if len([o for o in c.node.output if o]) > 1:
-            raise c.fail("the Indices output is not supported")
-        if c.attr("storage_order", 0):
-            raise c.unsupported("storage_order", c.attr("storage_order"))
         x = c.need(0)
         kernel = tuple(c.attr("kernel_shape"))
         w = _window(c, x, kernel)
+        indices = len(c.node.output) > 1 and bool(c.node.output[1])
+        if indices:  # only MaxPool has a second output
+            order = c.attr("storage_order", 0)
+            if order not in (0, 1):
+                raise c.unsupported("storage_order", order)
+            # int32 in the graph; returned as the int64 ONNX declares (outputs are cast back).
+            return list(max_pool_with_indices(
+                x, kernel, strides=w["strides"], padding=w["padding"],
+                dilations=w["dilations"], ceil_mode=bool(c.attr("ceil_mode", 0)),
+                storage_order=order))
+        # storage_order only changes the Indices output.
         return [ops.pool(x, kind, kernel, strides=w["strides"], padding=w["padding"],
                          dilations=w["dilations"], ceil_mode=bool(c.attr("ceil_mode", 0)),
                          count_include_pad=bool(c.attr("count_include_pad", 0)))]
@@ -244,15 +252,25 @@ def _gemm(c: NodeContext) -> list[Value]:
 
 
 def _batchnorm(c: NodeContext) -> list[Value]:
-    if c.attr("training_mode", 0):
-        raise c.unsupported("training_mode", c.attr("training_mode"))
-    if len([o for o in c.node.output if o]) > 1:
-        raise c.fail("the running statistics outputs (training) are not supported")
+    training = c.attr("training_mode", 0)
+    extra = len([o for o in c.node.output[1:] if o]) > 0
+    if training and c.opset < 14:
+        raise c.fail("training_mode exists from opset 14 on")
+    if extra and not training:
+        if c.opset < 14:
+            raise c.fail("the training outputs of BatchNormalization before opset 14 (running "
+                         "and saved statistics) are not supported; opset 14's training_mode "
+                         "is")
+        raise c.fail("the running statistics outputs need training_mode=1")
     if c.opset < 9 and not c.attr("spatial", 1):
         raise c.unsupported("spatial", 0)
     x = c.need(0)
+    eps = c.attr("epsilon", 1e-5)
+    if training:
+        return list(batchnorm_training(x, c.need(1), c.need(2), c.need(3), c.need(4),
+                                       epsilon=eps, momentum=c.attr("momentum", 0.9)))
     return [ops.batchnorm(x, c.need(1), c.need(2), c.need(3), c.need(4),
-                          epsilon=c.attr("epsilon", 1e-5), axis=1 if x.ndim > 1 else 0)]
+                          epsilon=eps, axis=1 if x.ndim > 1 else 0)]
 
 
 def _clip(c: NodeContext) -> list[Value]:
@@ -281,8 +299,7 @@ def _reshape(c: NodeContext) -> list[Value]:
     dims = [int(s) for s in np.asarray(shape).reshape(-1)]
     if not c.attr("allowzero", 0):  # 0 keeps the input's size in that position
         dims = [x.shape[i] if s == 0 and i < x.ndim else s for i, s in enumerate(dims)]
-    elif 0 in dims:
-        raise c.fail("allowzero with a zero size would give an empty tensor")
+    # With allowzero a 0 is a size: the result is empty (`tilec.empty`).
     return [ops.reshape(x, dims)]
 
 

@@ -447,13 +447,16 @@ def softmax(x: Value, axis: int = -1, *, axes: Sequence[int] | None = None) -> V
 # layout -------------------------------------------------------------------------------------------
 
 def reshape(x: Value, shape: Sequence[int]) -> Value:
-    """Row-major reshape; one size may be -1."""
+    """Row-major reshape; one size may be -1 (sizes may be 0 when x has no elements)."""
     dims = [int(s) for s in shape]
     total = math.prod(x.shape)
-    if dims.count(-1) > 1 or any(s < -1 or s == 0 for s in dims):
-        raise TileError(f"reshape to {dims}: sizes must be positive, with at most one -1")
+    if dims.count(-1) > 1 or any(s < -1 for s in dims):
+        raise TileError(f"reshape to {dims}: sizes must not be negative, with at most one -1")
     if -1 in dims:
         rest = math.prod(s for s in dims if s != -1)
+        if rest == 0:
+            raise TileError(f"reshape {list(x.shape)} to {dims}: -1 is ambiguous next to a "
+                            "zero size")
         if total % rest:
             raise TileError(f"reshape {list(x.shape)} to {dims}: {total} elements do not "
                             f"divide into {rest}")

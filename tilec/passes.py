@@ -9,6 +9,8 @@
   convolution or matrix product with constant weights moves into the weights (and bias).
 - `fuse_bias_activation` (FuseConvBiasNonlin): convolution / matrix product + bias add +
   activation become one node, lowered to one contraction with one fused epilogue (one kernel).
+- `reshape_views`: a 2-D gemm / matmul reads a reshaped (flattened) operand's source in place,
+  so the reshape's copy kernel goes (`tilec.views`).
 - `elementwise_fusion`: an elementwise node read by a single elementwise node of the same shape
   is inlined into it, so a chain is one Tile statement and one kernel.
 
@@ -24,6 +26,7 @@ from . import ops
 from .errors import TileError
 from .graph import Graph, Node, Value, constant_array
 from .lower import ew_text
+from .views import reshape_views
 
 CONTRACTIONS = ("conv", "gemm", "matmul")
 
@@ -298,12 +301,14 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
     "constant_folding": fold_constants,
     "fold_scale_into_weights": fold_scale_into_weights,
     "fuse_bias_activation": fuse_bias_activation,
+    "reshape_views": reshape_views,
     "elementwise_fusion": fuse_elementwise,
 }
 
 DEFAULT_PASSES = ("dead_node_elimination", "batchnorm_to_elementwise", "constant_folding",
                   "fold_scale_into_weights", "constant_folding", "fuse_bias_activation",
-                  "constant_folding", "elementwise_fusion", "dead_node_elimination")
+                  "constant_folding", "reshape_views", "elementwise_fusion",
+                  "dead_node_elimination")
 
 
 def trace(graph: Graph, passes: Sequence[str] | None = None) -> list[tuple[str, Graph]]:
@@ -327,4 +332,4 @@ def optimize(graph: Graph, passes: Sequence[str] | None = None) -> Graph:
 
 __all__ = ["DEFAULT_PASSES", "PASSES", "batchnorm_to_elementwise", "eliminate_dead_nodes",
            "fold_constants", "fold_scale_into_weights", "fuse_bias_activation",
-           "fuse_elementwise", "optimize", "template", "trace"]
+           "fuse_elementwise", "optimize", "reshape_views", "template", "trace"]

@@ -210,7 +210,10 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
             tile = tuple(t for _, t in m.candidate.tile)
             widest = make_schedule(k.flat, tile, hw, vec=config.vector_width,
                                    staging=config.staging, threads=1 << 30).wg_threads
-            for t in thread_budgets(widest, kwg, items):
+            # Nearest the model's thread count first: a budget runs out on the far ones.
+            here = m.candidate.threads or default_threads
+            for t in sorted(thread_budgets(widest, kwg, items),
+                            key=lambda t: (abs(t.bit_length() - here.bit_length()), -t)):
                 c = cand(m.candidate.rank, tile, m.candidate.score, t, "lws")
                 if (c.tile, c.local_size) not in seen:
                     seen.add((c.tile, c.local_size))
