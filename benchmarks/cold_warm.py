@@ -7,8 +7,8 @@ probe, PoCL's and NVIDIA's build caches, each moved into a new folder).  Warm: a
 over the folders a cold process filled.  Each round is one cold process then one warm one;
 medians over the rounds.  Figures from benchmarks/compile_probe.py: opening the device, then
 `tilec.compile` (parse through the driver's build), then the first run (where PoCL generates
-the machine code; counted as its time beyond a second run's, so that a big kernel's own run
-time does not hide the build; the fastest of three later runs stands for a run).  Prints a Markdown table, with the ratios."""
+the machine code; counted as its time beyond the fastest of three later runs, so that a big
+kernel's own run time does not hide the build).  Prints a Markdown table, with the ratios."""
 
 from __future__ import annotations
 
