@@ -36,6 +36,8 @@ CHOICE_SALT = 1_000_003
 HW_MODELS = ("pocl-cpu", "nvidia-h100", "seed-example")
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 THREADS = (1, 2, 4, 8, 16, 32, 64)
+# Split reductions (`Config.split_reduction`): automatic, off, forced, forced with N threads.
+SPLITS = (None, None, False, True, 2, 8)
 
 
 class Picker(Protocol):
@@ -405,15 +407,18 @@ class Choice:
     staging: str
     threads: int
     tiles: dict[str, dict[str, int]]
+    split_reduction: bool | int | None = None
 
     def config_kwargs(self) -> dict[str, Any]:
         return {"hw": self.hw, "vector_width": self.vector_width, "staging": self.staging,
-                "threads": self.threads, "tiles": self.tiles}
+                "threads": self.threads, "tiles": self.tiles,
+                "split_reduction": self.split_reduction}
 
 
 def choose(p: Picker, plan, models: Sequence[str] = HW_MODELS) -> Choice:
-    """A random hardware model, vector width, staging, thread budget, and a forced tile for
-    every contraction kernel of `plan` (sizes 1..range, divisors or not)."""
+    """A random hardware model, vector width, staging, thread budget, a forced tile for
+    every contraction kernel of `plan` (sizes 1..range, divisors or not), and whether
+    reductions are split over threads (automatic, off, forced)."""
     from tilec.fuse import ContractionKernel
 
     tiles: dict[str, dict[str, int]] = {}
@@ -432,5 +437,7 @@ def choose(p: Picker, plan, models: Sequence[str] = HW_MODELS) -> Choice:
                     t = p.int(1, r)
                 tile[name] = t
             tiles[k.name] = tile
-    return Choice(p.pick(models), p.pick(VECTOR_WIDTHS), p.pick(("local", "global")),
-                  p.pick(THREADS), tiles)
+    hw, vec, staging, threads = (p.pick(models), p.pick(VECTOR_WIDTHS),
+                                 p.pick(("local", "global")), p.pick(THREADS))
+    # Drawn last, so that every earlier choice of a seed stays what it was.
+    return Choice(hw, vec, staging, threads, tiles, p.pick(SPLITS))

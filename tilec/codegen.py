@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 
 from . import clexpr, ir
+from .codegen_copy import copy_width, vector_copy
+from .codegen_split import Split, agg_pair
 from .flat import FlatContraction
 from .flatten import operand_strides
 from .fuse import ContractionKernel
@@ -56,6 +58,7 @@ class _Contraction:
                                   "out" if used <= set(self.out_idx) else "mixed")
         self.need_hit = (not f.output_covered) and (f.agg != "+" or kernel.op.default
                                                     is not None)
+        self.split = Split(self) if sched.split > 1 else None
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -140,11 +143,15 @@ class _Contraction:
             out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
                        f" grp /= {self.counts[k]};")
         out.append("int thr = get_local_id(0);")
+        if self.split and self.split.rank_first:
+            out.append(self.split.rank_line())
         # Neighbouring threads take neighbouring elements of the output's lowest-stride index:
         # their stores coalesce and their vector reads of local memory are conflict-free.
         for k in sorted(self.out_idx, key=lambda k: abs(f.output.strides[k])):
             n = f.names[k]
             out.append(f"const int h_{n} = thr % {s.threads[k]}; thr /= {s.threads[k]};")
+        if self.split and not self.split.rank_first:
+            out.append(self.split.rank_line())
         for k in self.out_idx:
             n = f.names[k]
             lanes = self.W if k == self.v else 1
@@ -184,8 +191,9 @@ class _Contraction:
         for k in sorted(self.red_idx, key=lambda k: (k == self.v, k not in blocked, k)):
             n = f.names[k]
             step = self.W if k == self.v else 1
-            inner.append({"var": f"u_{n}", "end": s.tile[k], "step": step,
-                          "unroll": s.tile[k] // step <= 8})
+            loop = {"var": f"u_{n}", "start": 0, "end": s.tile[k], "step": step,
+                    "unroll": s.tile[k] // step <= 8}
+            inner.append(self.split.loop(loop) if self.split and k == s.split_index else loop)
         return outer, inner
 
     def staging(self) -> tuple[list[str], list[dict], list[str]]:
@@ -200,6 +208,8 @@ class _Contraction:
         T = self.sched.wg_threads
         bufs, blocks, pre = [], [], []
         for st in self.sched.staged:
+            if st is None:  # read through the cache (see `make_schedule`'s split)
+                continue
             i = st.input
             t = f.inputs[i]
             base_terms = [(t.strides[k], f"o_{f.names[k]}") for k in self.out_idx]
@@ -214,7 +224,7 @@ class _Contraction:
                 self.counts[k] * self.sched.tile[k] == f.ranges[k] for k in range(len(f.names)))
             store = (f"s_{i}[{{l}}] = {load};" if safe else
                      f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
-            vw = self.copy_width(st, t, safe)
+            vw = copy_width(st, t, safe, self.W, self.sched.tile)
             per = -(-elems // (T * vw))
             align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
             bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}] "
@@ -241,7 +251,7 @@ class _Contraction:
                     pre.append(f"const int sl{i}_{q} = {_lin(l_terms)};")
                     if vw > 1:
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
-                            + self.vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
+                            + vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
                     else:
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
                             + store.format(l=f"sl{i}_{q}") + " }"
@@ -264,38 +274,6 @@ class _Contraction:
             blocks.append({"comment": comment, "loop": True, "elems": elems, "body": body,
                            "pre": [base]})
         return bufs, blocks, pre
-
-    def copy_width(self, st, t, safe: bool) -> int:
-        """Elements each copy instruction of the staging moves: a vector of W when the
-        tensor's unit-stride run is a whole number of vectors and every vector the tile reads
-        starts on a multiple of W (then one aligned global load moves W elements), else 1."""
-        W = self.W
-        if W <= 1 or not safe or t.dtype not in ("float32", "int32") or not st.merged:
-            return 1
-        rng, gs, _, _ = st.merged[0]
-        if gs != 1 or rng % W or any(z for *_, z in st.merged) or t.offset % W:
-            return 1
-        if any(m[1] % W for m in st.merged[1:]):
-            return 1
-        # The tile's origin: each index moves it by stride x a multiple of its tile size.
-        for k, stride in enumerate(t.strides):
-            if stride % W and self.sched.tile[k] % W:
-                return 1
-        return W
-
-    def vector_copy(self, st, t, i: int, vw: int, local: str) -> str:
-        """Copy one aligned vector from global memory into the local buffer."""
-        c = clexpr.COMPUTE[t.dtype]
-        load = f"*((__global const {c}{vw}*)({buf(t.name)} + g))"
-        ls0 = st.merged[0][2]
-        if ls0 == 1 and all(m[2] % vw == 0 for m in st.merged[1:]) and st.local_base % vw == 0:
-            return f"*((__local {c}{vw}*)(s_{i} + {local})) = {load};"
-        lanes = "xyzw" if vw <= 4 else None
-        parts = [f"const {c}{vw} v = {load};"]
-        for j in range(vw):
-            lane = f"v.{lanes[j]}" if lanes else f"v.s{j:x}"
-            parts.append(f"s_{i}[{local} + {j * ls0}] = {lane};")
-        return " ".join(parts)
 
     def red_var(self, k: int) -> str:
         n = self.flat.names[k]
@@ -407,21 +385,9 @@ class _Contraction:
     def horizontal(self, acc: str) -> str:
         """Fold the lanes of a dot-mode accumulator with the aggregation."""
         parts = [f"{acc}.s{LANES[j]}" for j in range(self.W)]
-        agg = self.flat.agg
         while len(parts) > 1:
-            nxt = []
-            for a, b in zip(parts[::2], parts[1::2], strict=True):
-                if agg == "+":
-                    nxt.append(f"({a} + {b})")
-                elif agg == "*":
-                    nxt.append(f"({a} * {b})")
-                elif agg in (">", "<"):
-                    fn = ("fmax" if agg == ">" else "fmin") if self.ctype == "float" else \
-                        ("max" if agg == ">" else "min")
-                    nxt.append(f"{fn}({a}, {b})")
-                else:
-                    nxt.append(b)
-            parts = nxt
+            parts = [agg_pair(self.flat.agg, self.ctype, a, b)
+                     for a, b in zip(parts[::2], parts[1::2], strict=True)]
         return parts[0]
 
     def epilogue(self) -> list[str]:
@@ -475,6 +441,8 @@ class _Contraction:
         else:
             lines.append("const int oe = o;")
         val = self.horizontal(acc) if self.sched.dot else acc
+        if self.split and self.split.folded:
+            val = self.split.value(j)
         if self.need_hit or k_.op.default is not None or "out" in self.cons_kind:
             empty = clexpr.literal(0, self.dtype)
             if k_.op.default is not None:
@@ -516,6 +484,10 @@ class _Contraction:
                               max(hi + self.W - 1, t.size))
         args = self.args()
         bufs, staging, staging_pre = self.staging()
+        epilogue, combine = self.epilogue(), []
+        if self.split:
+            bufs += self.split.buffers()
+            combine, epilogue = self.split.combine(), self.split.wrap(epilogue)
         outer, inner = self.loops()
         wg = s.wg_threads
         groups = prod(self.counts[k] for k in self.out_idx)
@@ -527,7 +499,11 @@ class _Contraction:
         if self.v is not None:
             comment.append(f"vector: {self.W} lanes along {f.names[self.v]}"
                            + (" (reduction: lanes summed at the end)" if s.dot else ""))
-        comment.append("staging: " + ("local memory" if bufs else "none (read through cache)"))
+        comment.append("staging: " + ("local memory" if s.staged and any(s.staged) else
+                                      "none (read through cache)"))
+        if self.split:
+            comment.append(f"split reduction: {s.split} threads along {f.names[s.split_index]}"
+                           f" per output thread, combined in local memory")
         if k_.post_ops:
             comment.append("post-ops: " + "; ".join(p.text for p in k_.post_ops))
         comment += [""] + f.table().splitlines()
@@ -540,7 +516,7 @@ class _Contraction:
             "name": k_.name, "args": [arg_decl(a) for a in args], "wg": wg,
             "prologue": self.prologue() + staging_pre, "accumulators": self.accumulators(),
             "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
-            "body": self.body(), "epilogue": self.epilogue(),
+            "body": self.body(), "combine": combine, "epilogue": epilogue,
         }
         text = template_env().get_template("contraction.cl.j2").render(k=ctx)
         # Two flops per index point, plus each post-op once per output element.

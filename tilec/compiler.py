@@ -90,7 +90,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 tile, lines, result = plan_tile(k, hw, config, dtype)
             searches[k.name] = result
             sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
-                                  staging=config.staging, threads=threads)
+                                  staging=config.staging, threads=threads,
+                                  split_reduction=config.split_reduction)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines))
@@ -247,8 +248,11 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         if limit is None:
             return exe
         # A kernel needs more registers a thread than a full work-group leaves it: the driver
-        # caps its work-group size, so plan fewer threads and build again.
-        config = replace(config, threads=_floor_pow2(limit))
+        # caps its work-group size, so plan fewer threads and build again.  A forced split
+        # reduction may ask for more threads than that budget: it becomes automatic (which
+        # stays within the budget), so that this loop ends.
+        split = None if config.split_reduction not in (None, False) else config.split_reduction
+        config = replace(config, threads=_floor_pow2(limit), split_reduction=split)
         tuned = {}
 
 

@@ -19,6 +19,10 @@ class Config:
     vector_width: int | None = None  # None = the hardware model's; 1 disables vectors
     staging: str | None = None  # None = the hardware model's; "local" or "global"
     threads: int | None = None  # None = the hardware model's
+    # Threads on a reduction index, partial results combined in local memory (`schedule.
+    # split_choice`): None = where a GPU / local-staging model leaves most threads idle, False =
+    # never, True = always where the aggregation allows, an int = that many threads.
+    split_reduction: bool | int | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
     # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.
     # The CLI fills it from TILEC_CACHE_DIR; library code never reads the environment.

@@ -1,6 +1,7 @@
 """How a chosen tile becomes work: threads per output index, the vectorised index and its width,
-and, when inputs are staged in local memory, each input's staged region (PlaidML's merged load
-indices with the padded local layout from `layout`)."""
+when the output threads leave most of the work-group idle a reduction index split over threads
+too (`split_reduction`), and, when inputs are staged in local memory, each input's staged region
+(PlaidML's merged load indices with the padded local layout from `layout`)."""
 
 from __future__ import annotations
 
@@ -32,13 +33,22 @@ class Schedule:
     vec_index: int | None  # the flat index spread over vector lanes
     vec: int  # lanes (1: scalar code)
     staged: tuple[Staged | None, ...]  # per input; None: read through the cache
+    # A reduction index whose tile is shared by `split` threads per output thread (each takes
+    # every split-th point, or vector, of it); their partial results are combined in local
+    # memory before the stores.  None / 1: every thread reduces its whole tile alone.
+    split_index: int | None = None
+    split: int = 1
 
     @property
-    def wg_threads(self) -> int:
+    def out_threads(self) -> int:
         n = 1
         for t in self.threads:
             n *= t
         return n
+
+    @property
+    def wg_threads(self) -> int:
+        return self.out_threads * self.split
 
     @property
     def dot(self) -> bool:
@@ -103,7 +113,11 @@ def _pow2_divisor(n: int, cap: int) -> int:
 
 def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                   vec: int | None = None, staging: str | None = None,
-                  threads: int | None = None) -> Schedule:
+                  threads: int | None = None,
+                  split_reduction: bool | int | None = None) -> Schedule:
+    """`split_reduction`: None decides (see `split_choice`), False never splits, True splits
+    with the threads the output leaves over (4 where it leaves fewer than 2), an int asks for
+    that many threads on the reduction index (a power of two; fewer where the tile is short)."""
     width = hw.vec_size if vec is None else vec
     vec_index, lanes = None, 1
     if width > 1:
@@ -118,7 +132,76 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     use_local = (staging or hw.staging) == "local"
     staged = tuple(stage_input(flat, tuple(tile), i, vec_index, lanes) if use_local else None
                    for i in range(len(flat.inputs)))
-    return Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
+    sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
+    auto = hw.staging == "local" or hw.kind == "gpu"
+    room = SPLIT_LOCAL_BYTES
+    if hw.local_mem_bytes:  # what the device leaves beside the staged tiles
+        room = min(room, hw.local_mem_bytes - sum(4 * st.elems for st in staged if st))
+    k, n = split_choice(sched, budget, auto, split_reduction, room)
+    if n > 1:
+        # An input whose tile holds as many elements as the tile has points is read once per
+        # point (softmax's rows): staging it would only add a copy and two barriers per
+        # reduction tile, so a split kernel reads it through the cache.  Inputs that are
+        # reused within the tile stay staged.
+        points = 1
+        for t in tile:
+            points *= t
+        staged = tuple(None if st is not None and _elems(st) >= points else st
+                       for st in staged)
+        sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, k, n)
+    return sched
+
+
+def _elems(st: Staged) -> int:
+    n = 1
+    for m in st.merged:
+        n *= m[0]
+    return n
+
+
+# Local memory the combine of a split reduction may take (partial results and hit flags).
+SPLIT_LOCAL_BYTES = 16384
+
+
+def split_choice(sched: Schedule, budget: int, auto: bool, forced: bool | int | None,
+                 room: int = SPLIT_LOCAL_BYTES) -> tuple[int | None, int]:
+    """(reduction index, threads on it) for a split reduction, or (None, 1).
+
+    Automatic (`forced` None) on a model that stages in local memory or is a GPU, when the
+    output threads are fewer than half the budget: the leftover threads (a power of two) go to
+    the reduction index with the most points per tile (vectors count once; ties: not the
+    vector index, then the first), no more threads than it has points (every thread gets one
+    at least in a full tile), and no more than fit the combine's local buffer (`room` bytes:
+    `SPLIT_LOCAL_BYTES`, or what the device's local memory leaves beside the staged tiles).
+    Only aggregations whose partial results combine (+, *, >, <) split; `=` never does."""
+    flat = sched.flat
+    if forced is False or flat.agg not in ("+", "*", ">", "<") or not flat.reduce_indices:
+        return None, 1
+    out = sched.out_threads
+    if forced is None:
+        if not auto or 2 * out >= budget:
+            return None, 1
+        avail = budget // out
+    elif forced is True:
+        avail = budget // out if budget // out >= 2 else 4
+    else:
+        avail = int(forced)
+    k = max(flat.reduce_indices, key=lambda k: (sched.units(k), k != sched.vec_index, -k))
+    n = _floor_pow2(min(avail, sched.units(k)))
+    points = 1
+    for a in sched.acc_counts():
+        points *= a
+    lanes = sched.vec if sched.vec_index is not None and not sched.dot else 1
+    while n > 1 and out * n * points * (lanes + 1) * 4 > room:
+        n //= 2
+    return (k, n) if n > 1 else (None, 1)
+
+
+def _floor_pow2(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
 
 
 def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,

@@ -178,7 +178,8 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
             tile: tuple[int, ...], threads: int | None) -> KernelSource:
     """The contraction's kernel for one tile and thread budget."""
     sched = make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
-                          staging=config.staging, threads=threads)
+                          staging=config.staging, threads=threads,
+                          split_reduction=config.split_reduction)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
     return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"])
 
@@ -209,7 +210,8 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
         for m in sorted(tile_ok, key=lambda m: m.seconds)[:lws_tiles]:
             tile = tuple(t for _, t in m.candidate.tile)
             widest = make_schedule(k.flat, tile, hw, vec=config.vector_width,
-                                   staging=config.staging, threads=1 << 30).wg_threads
+                                   staging=config.staging, threads=1 << 30,
+                                   split_reduction=config.split_reduction).wg_threads
             # Nearest the model's thread count first: a budget runs out on the far ones.
             here = m.candidate.threads or default_threads
             for t in sorted(thread_budgets(widest, kwg, items),
