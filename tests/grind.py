@@ -15,6 +15,11 @@ Two passes per job:
   uninitialised-value plugin aborts on the `freeze` instruction optimised code contains, and
   crashes on some vector code.
 
+A job is one Tile program (tests/kernel_cases.py, the differential programs), compiled and
+run on random inputs and checked against the numpy reference; or a batch of tests that build
+their programs from graphs and ONNX models and check them against their own references
+(tests/grind_pytest.py).
+
 Used by `benchmarks/oclgrind_check.py` (every kernel of the test corpus) and
 `tests/test_oclgrind.py` (a few, in CI, when the venv exists).
 """
@@ -81,6 +86,9 @@ class Job:
     shapes: dict[str, tuple[int, ...]]
     dtype: str = "float32"
     config: dict[str, Any] = field(default_factory=dict)  # Config fields (hw, tiles, ...)
+    # pytest node ids: the job runs these tests (their own references) instead of `source`.
+    tests: tuple[str, ...] = ()
+    timeout: float | None = None  # seconds, where a job needs more than the run's limit
 
 
 @dataclass
@@ -93,6 +101,7 @@ class Outcome:
     error: str = ""  # what went wrong in the worker (compile, launch, crash)
     reports: dict[str, int] = field(default_factory=dict)  # kind -> count
     first: dict[str, str] = field(default_factory=dict)  # kind -> the first report
+    tests: dict[str, int] = field(default_factory=dict)  # a test job's passed/failed/skipped
     seconds: float = 0.0
 
     @property
@@ -114,13 +123,17 @@ def environment(icd: Path, mode: str) -> dict[str, str]:
 
 
 def run_job(job: Job, icd: Path, mode: str, timeout: float = 600) -> Outcome:
-    return _spawn(job.name, mode, mode, json.dumps(asdict(job)), icd, timeout)
+    worker = f"tests:{mode}" if job.tests else mode
+    timeout = max(timeout, job.timeout or 0)
+    return _spawn(job.name, mode, worker, json.dumps(asdict(job)), icd, timeout)
 
 
-def run_canary(icd: Path, mode: str = "races", timeout: float = 120) -> Outcome:
+def run_canary(icd: Path, mode: str = "races", timeout: float = 120,
+               worker: str = "canary") -> Outcome:
     """A kernel with a data race, a read past its buffer and an uninitialised value, to prove
-    that each pass sees what it looks for (`CANARY_FINDS`)."""
-    return _spawn("canary", mode, "canary", "", icd, timeout)
+    that each pass sees what it looks for (`CANARY_FINDS`); or (worker "stale-released" /
+    "stale-kept") `STALE_SHADOW`, oclgrind's false report that the test jobs avoid."""
+    return _spawn(worker, mode, worker, "", icd, timeout)
 
 
 CANARY_FINDS = {"races": {"invalid access", "data race"}, "uninit": {"uninitialised"}}
@@ -148,6 +161,7 @@ def _spawn(name: str, mode: str, worker: str, payload: str, icd: Path,
     else:
         out.kernels, out.sources = result["kernels"], result["sources"]
         out.valid, out.error = result["valid"], result["error"]
+        out.tests = result.get("tests", {})
     for kind, text in reports(p.stderr):
         out.reports[kind] = out.reports.get(kind, 0) + 1
         out.first.setdefault(kind, text)
@@ -208,10 +222,51 @@ def _canary() -> None:
                                     "error": ""}), flush=True)
 
 
+STALE_SHADOW = """
+__kernel void produce(__global float* c) { c[get_global_id(0)] = 1.0f; }
+__kernel void consume(__global const float* c, __global float* d) {
+    d[get_global_id(0)] = c[get_global_id(0)] > 0.5f ? 2.0f : 3.0f;
+}
+"""
+
+
+def _stale(release: bool) -> None:
+    """oclgrind 21.10's uninitialised-value plugin misses buffer releases: a 9-float buffer,
+    written by a kernel, released; a 60-float buffer then takes its slot and keeps its 9-float
+    shadow (kernelBegin only poisons a buffer whose slot has no shadow), so elements 9 and up
+    that `produce` wrote are reported uninitialised when `consume` reads them."""
+    import numpy as np
+    import pyopencl as cl
+
+    from tilec.runtime import choose_device
+
+    ctx = cl.Context([choose_device("Oclgrind")])
+    queue = cl.CommandQueue(ctx)
+    prg = cl.Program(ctx, STALE_SHADOW).build()
+    small = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 9 * 4)
+    cl.Kernel(prg, "produce")(queue, (9,), None, small)
+    queue.finish()
+    if release:
+        small.release()
+    c, d = (cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 60 * 4) for _ in range(2))
+    cl.Kernel(prg, "produce")(queue, (60,), None, c)
+    cl.Kernel(prg, "consume")(queue, (60,), None, c, d)
+    out = np.empty(60, np.float32)
+    cl.enqueue_copy(queue, out, d)
+    print("@@result " + json.dumps({"kernels": ["produce", "produce", "consume"], "sources": [],
+                                    "valid": bool((out == 2).all()), "error": ""}), flush=True)
+
+
 def _worker(mode: str) -> None:
     """Child side: compile and run one job on the oclgrind device; result as JSON on stdout."""
     if mode == "canary":
         return _canary()
+    if mode.startswith("stale-"):
+        return _stale(mode == "stale-released")
+    if mode.startswith("tests:"):
+        from .grind_pytest import run_tests
+
+        return run_tests(mode.split(":", 1)[1])
     import hashlib
     import warnings
 
@@ -258,10 +313,11 @@ FORCED_TILES = [  # as tests/test_kernels.py forces them on conv_same_relu
 HW = ("pocl-cpu", "nvidia-h100", "seed-example")
 
 
-def corpus(differential: int = 0) -> list[Job]:
+def corpus(differential: int = 0, graphs: bool = False, onnx: bool = False) -> list[Job]:
     """Every program of tests/kernel_cases.py under each hardware model (global and local
     staging, scalar and vector code), the forced partial tiles of the kernel tests, float16,
-    and the first `differential` programs of the differential test with their random tiles."""
+    the first `differential` programs of the differential test with their random tiles, and
+    with `graphs` / `onnx` the tests of GRAPH_TESTS / ONNX_TESTS that run kernels."""
     from . import kernel_cases as kc
 
     jobs = []
@@ -280,6 +336,11 @@ def corpus(differential: int = 0) -> list[Job]:
             jobs.append(Job(f"conv_same_relu/tile{k}/{hw}", src, shapes, "float32",
                             {"hw": hw, "tiles": {"*": tile}}))
     jobs += differential_jobs(range(differential))
+    if graphs or onnx:
+        from .grind_pytest import GRAPH_TESTS, ONNX_TESTS, batch_jobs
+
+        jobs += batch_jobs("graph", GRAPH_TESTS) if graphs else []
+        jobs += batch_jobs("onnx", ONNX_TESTS) if onnx else []
     return jobs
 
 

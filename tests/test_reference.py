@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec import ir
+from tilec import check_program, ir
 from tilec.errors import TileCheckError
 from tilec.reference import evaluate_program, index_bounds
 from tilec.reference_paths import plan_fast
@@ -364,6 +364,26 @@ def test_unbounded_index_is_an_error():
     bad = contraction(acc("O", "i"), "+", [acc("A", "i")], constraints=(("k+m", 5),))
     with pytest.raises(TileCheckError, match="unbounded"):
         evaluate_program(program({"A": (4,)}, ["O"], [bad], {"O": (4,)}), {"A": rand(4)})
+
+
+def test_an_empty_range_does_not_depend_on_the_index_names():
+    """Regression: propagation stops at the first empty interval, and index_bounds then called
+    an index it had not reached yet unbounded when its name sorted before the empty one (B[a]:
+    an error the checker does not give) and gave the statement its default when it sorted after
+    (B[z]).  Now the default for both, as check.py decides (compiling refuses the empty range)."""
+    for name in ("a", "z"):
+        src = f"function (A[N], B[M]) -> (O) {{ O[i : 3] = +(A[i + 10] * B[{name}]); }}"
+        prog = check_program(src, {"A": (5,), "B": (4,)})  # the checker accepts both
+        assert index_bounds(prog.ops[0], prog.tensors) == {"i": (0, -1), name: (0, -1)}
+        (o,) = run(prog, {"A": rand(5), "B": rand(4)})
+        np.testing.assert_array_equal(o, np.zeros(3, np.float32))
+    # An index that nothing determines stays an error whatever its name (it was one for "a"
+    # only: for "z" the empty range was met first).
+    for name in ("a", "z"):
+        bad = contraction(acc("O", "i"), "+", [acc("A", "i+10")], constraints=((f"{name}+m", 5),))
+        tensors = program({"A": (4,)}, ["O"], [bad], {"O": (3,)}).tensors
+        with pytest.raises(TileCheckError, match="unbounded"):
+            index_bounds(bad, tensors)
 
 
 def test_input_shape_errors_name_the_dimension():

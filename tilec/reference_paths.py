@@ -138,17 +138,36 @@ def index_bounds(contraction: ir.Contraction,
     rows = [r for g in _all_rows(op, tensors) for r in g]
     names = tuple(dict.fromkeys([*op.indices, *(k for r in rows for k, _ in r.coefs)]))
     box = _propagate(rows, names)
+    # `_propagate` stops at the first empty interval, so the indices it had not reached yet are
+    # still unbounded there; which came first, an "unbounded" error or the empty result, used to
+    # depend on the order of the indices (their names).  As in check.py: whether an index is
+    # determined is structural, and a statement with no valid point evaluates to its default.
+    empty = any(lo is not None and hi is not None and lo > hi for lo, hi in box.values())
+    known = _determined(rows) if empty else set(names)
     out = {}
     for k in names:
         lo, hi = box[k]
-        if lo is not None and hi is not None and lo > hi:
-            return {n: (0, -1) for n in names}
-        if lo is None or hi is None:
+        if k not in known or not empty and (lo is None or hi is None):
             raise TileCheckError(f"index {k} is unbounded in `{op.text or op.output}`: "
                                  "it needs an access or a constraint that limits it",
                                  span=op.span)
-        out[k] = (lo, hi)
+        out[k] = (0, -1) if empty else (lo, hi)
     return out
+
+
+def _determined(rows: list[_Row]) -> set[str]:
+    """Indices that the rows bound: those alone in a row, then, in turn, those whose row's
+    other indices are all bounded (what interval propagation finds, without its values)."""
+    known: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for r in rows:
+            free = {k for k, _ in r.coefs} - known
+            if len(free) == 1:
+                known |= free
+                changed = True
+    return known
 
 
 # Values ------------------------------------------------------------------------------------------
