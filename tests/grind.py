@@ -317,7 +317,8 @@ def corpus(differential: int = 0, graphs: bool = False, onnx: bool = False) -> l
     """Every program of tests/kernel_cases.py under each hardware model (global and local
     staging, scalar and vector code), the forced partial tiles of the kernel tests, float16,
     the first `differential` programs of the differential test with their random tiles, and
-    with `graphs` / `onnx` the tests of GRAPH_TESTS / ONNX_TESTS that run kernels."""
+    with `graphs` / `onnx` the tests of KERNEL_TESTS and GRAPH_TESTS / ONNX_TESTS that run
+    kernels."""
     from . import kernel_cases as kc
 
     jobs = []
@@ -337,8 +338,9 @@ def corpus(differential: int = 0, graphs: bool = False, onnx: bool = False) -> l
                             {"hw": hw, "tiles": {"*": tile}}))
     jobs += differential_jobs(range(differential))
     if graphs or onnx:
-        from .grind_pytest import GRAPH_TESTS, ONNX_TESTS, batch_jobs
+        from .grind_pytest import GRAPH_TESTS, KERNEL_TESTS, ONNX_TESTS, batch_jobs
 
+        jobs += batch_jobs("kernel-tests", KERNEL_TESTS) if graphs else []
         jobs += batch_jobs("graph", GRAPH_TESTS) if graphs else []
         jobs += batch_jobs("onnx", ONNX_TESTS) if onnx else []
     return jobs

@@ -30,7 +30,9 @@ from .grind import ROOT, Job
 
 GRAPH_TESTS = ("tests/test_graph.py", "tests/test_passes.py", "tests/test_memory.py")
 ONNX_TESTS = ("tests/test_onnx.py",)
-PER_JOB = {"graph": 6, "onnx": 24}  # tests per job: a child imports test_onnx in ~4 s
+# Kernel tests beyond kernel_cases: split reductions (barriers and a local tree) and staging.
+KERNEL_TESTS = ("tests/test_split_reduction.py", "tests/test_staging.py")
+PER_JOB = {"graph": 6, "onnx": 24, "kernel-tests": 30}  # tests per job: a child imports test_onnx in ~4 s
 # Tests that take minutes under oclgrind run in a job of their own with this time limit (s).
 # test_operator_conv: a 20x16x50x40 input by 13x16x3x3 weights, 68 million multiply-adds,
 # 126 to 209 s in the races pass, 761 s in the uninit pass (-cl-opt-disable) on 2 busy cores.

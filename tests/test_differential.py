@@ -70,5 +70,7 @@ def test_random_program_matches_the_reference(diff_seed: int) -> None:
     assert v.ok, f"{v.worst}\n{describe(seed, gen, choice)}"
     TALLY["differential: programs compared"] += 1
     TALLY["differential: kernels run"] += len(exe.kernels)
+    TALLY["differential: kernels with a split reduction"] += sum(
+        "__local" in s.text and "l_red[" in s.text for s in exe.sources)
     for f in gen.features:
         TALLY[f"differential feature: {f}"] += 1
