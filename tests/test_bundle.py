@@ -185,6 +185,32 @@ def test_cli_compile_writes_a_bundle(tmp_path, capsys):
     assert_runs(tilec.load(out))
 
 
+def test_cli_runs_a_bundle_and_refuses_options_that_would_change_it(tmp_path, capsys):
+    prog, out = tmp_path / "mm.tile", tmp_path / "mm.tlc"
+    prog.write_text(PROGRAM)
+    assert main(["compile", str(prog), "-o", str(tmp_path / "mm.cl"), "--bundle", str(out),
+                 "--no-records"]) == 0
+    capsys.readouterr()
+    save = tmp_path / "outs"
+    assert main(["run", str(out), "--validate", "--repeat", "2", "--seed", "4",
+                 "--save", str(save)]) == 0
+    text = capsys.readouterr().out
+    assert f"bundle {out} (its device binary)" in text and "validation: ok" in text
+    # The saved outputs are the program's on the inputs the run drew (poisoned first).
+    exe = tilec.load(out)
+    rng = np.random.default_rng(4)
+    arrays = {n: random_array(rng, exe.program.tensors[n].shape, "float32")
+              for n in exe.program.inputs}
+    ref = tilec.evaluate(PROGRAM, **arrays)
+    assert set(ref) == {"C", "D"}
+    for name, want in ref.items():
+        np.testing.assert_allclose(np.load(save / f"{name}.npy"), want, rtol=1e-4, atol=1e-4)
+    for extra in (["--shape", "A=2x2"], ["--tile", "m=2"], ["--hw", "pocl-cpu"],
+                  ["--dtype", "float16"]):
+        assert main(["run", str(out), *extra]) != 0
+        assert "cannot change a bundle" in capsys.readouterr().err
+
+
 def test_a_local_size_the_device_cannot_launch_goes_back_to_the_driver(tmp_path):
     src = "function (X[R, C], Y[R, C]) -> (Z) { Z = X * Y + X; }"
     shapes = {"X": (10, 13), "Y": (10, 13)}

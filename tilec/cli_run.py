@@ -107,11 +107,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .cli import _load_inputs, random_array
 
-    src = read_source(args.file)
     arrays = _load_inputs(args.input or [])
-    if arrays and not args.shape:
-        args.shape = [f"{k}={'x'.join(map(str, a.shape))}" for k, a in arrays.items()]
-    exe = _compile(args, src)
+    if str(args.file).endswith(".tlc"):
+        exe = _open_bundle(args)
+        model = f"bundle {args.file} (" + ("its device binary" if exe.from_binary else
+                                          f"built from source: {exe.fallback_reason}") + ")"
+    else:
+        src = read_source(args.file)
+        if arrays and not args.shape:
+            args.shape = [f"{k}={'x'.join(map(str, a.shape))}" for k, a in arrays.items()]
+        exe = _compile(args, src)
+        model = f"hardware model: {exe.hw.name}"
     rng = np.random.default_rng(args.seed)
     for name in exe.program.inputs:
         if name not in arrays:
@@ -119,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             arrays[name] = random_array(rng, t.shape, t.dtype)
     outs = exe.run(arrays, repeat=args.repeat, poison=args.validate)
     info = exe.runtime.info
-    print(f"device: {info.label} ({info.platform_version}); hardware model: {exe.hw.name}")
+    print(f"device: {info.label} ({info.platform_version}); {model}")
     total = 0.0
     for k in exe.kernels:
         t = exe.last_timings.get(k.name, 0.0)
@@ -142,6 +148,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         for name, arr in outs.items():
             np.save(d / f"{name}.npy", arr)
     return 0
+
+
+def _open_bundle(args: argparse.Namespace):
+    """A bundle (`tilec compile --bundle`) runs as it was compiled: its shapes, tiles and
+    tuning are in it, so the options that would change them are refused, not ignored."""
+    import warnings
+
+    from .bundle import BundleWarning, load
+
+    given = [f"--{o.replace('_', '-')}" for o in ("shape", "hw", "tile", "records")
+             if getattr(args, o, None)]
+    given += ["--no-records"] if getattr(args, "no_records", False) else []
+    given += ["--dtype"] if getattr(args, "dtype", "float32") != "float32" else []
+    if given:
+        raise TileError(f"{args.file}: {', '.join(given)} cannot change a bundle: it runs "
+                        "with the shapes, types, tiles and tuning it was compiled with "
+                        "(compile the .tile program again to change them)")
+    with warnings.catch_warnings():
+        # The fallback to source is reported on the device line instead.
+        warnings.simplefilter("ignore", BundleWarning)
+        return load(args.file, device=args.device)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -171,7 +198,8 @@ def register(sub, common) -> None:
                     "kernels, the device binary and the tuning records (tilec.load runs it)")
     sp.set_defaults(fn=cmd_compile)
 
-    sp = sub.add_parser("run", help="compile, run and time a program on a device")
+    sp = sub.add_parser("run", help="compile, run and time a program (or run a .tlc bundle) "
+                        "on a device")
     common(sp)
     add_device_options(sp)
     sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
