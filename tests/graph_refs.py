@@ -7,16 +7,6 @@ import itertools
 
 import numpy as np
 
-from tilec.errors import DeviceError
-
-try:
-    from tilec.runtime import choose_device
-
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
 
 def run(graph, arrays, *, passes=False, **kw):
     """Compile, run with every written buffer poisoned first, return (executable, outputs)."""

@@ -32,7 +32,8 @@ GRAPH_TESTS = ("tests/test_graph.py", "tests/test_passes.py", "tests/test_memory
 ONNX_TESTS = ("tests/test_onnx.py",)
 # Kernel tests beyond kernel_cases: split reductions (barriers and a local tree) and staging.
 KERNEL_TESTS = ("tests/test_split_reduction.py", "tests/test_staging.py")
-PER_JOB = {"graph": 6, "onnx": 24, "kernel-tests": 30}  # tests per job: a child imports test_onnx in ~4 s
+# Tests per job: a child imports test_onnx in ~4 s.
+PER_JOB = {"graph": 6, "onnx": 24, "kernel-tests": 30}
 # Tests that take minutes under oclgrind run in a job of their own with this time limit (s).
 # test_operator_conv: a 20x16x50x40 input by 13x16x3x3 weights, 68 million multiply-adds,
 # 126 to 209 s in the races pass, 761 s in the uninit pass (-cl-opt-disable) on 2 busy cores.

@@ -17,19 +17,13 @@ from tilec.bundle import BundleError, BundleWarning, load, write_bundle
 from tilec.cli import main, random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.errors import DeviceError, TileError
+from tilec.errors import TileError
 from tilec.reference import evaluate_program
 from tilec.tune import tune
 
-try:
-    from tilec.runtime import choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+pytestmark = needs_device
 
 PROGRAM = ("// shapes: A=12x10 B=10x9\n"
            "function (A[M, K], B[K, N]) -> (C, D) {\n"

@@ -29,18 +29,12 @@ from tilec.cache import (
 from tilec.cli import cache_settings, main
 from tilec.cli_run import make_config
 from tilec.config import Config
-from tilec.errors import BuildError, DeviceError
+from tilec.errors import BuildError
 from tilec.runtime import DeviceInfo
 
-try:
-    from tilec.runtime import choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 
 ROOT = Path(__file__).resolve().parent.parent
 MATMUL = ("// shapes: A=12x20 B=20x6\n"

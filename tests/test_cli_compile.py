@@ -5,24 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tilec.cli import main
-from tilec.errors import DeviceError
+
+from .device import needs_device
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = str(ROOT / "examples" / "seed_conv.tile")
 MATMUL = str(ROOT / "examples" / "matmul.tile")
 
-try:
-    from tilec.runtime import choose_device
-
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 
 
 def test_explain_seed_tile_reproduces_the_seed(capsys):

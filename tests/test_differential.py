@@ -17,21 +17,14 @@ import tilec
 from tilec.cli import random_array
 from tilec.compiler import compare
 from tilec.config import Config
-from tilec.errors import DeviceError, TileCheckError, TileError
+from tilec.errors import TileCheckError, TileError
 from tilec.fuse import plan_kernels
 from tilec.reference import evaluate_program
 
+from .device import needs_device
 from .progen import CHOICE_SALT, TALLY, RandomPicker, choose, contraction_program
 
-try:
-    from tilec.runtime import choose_device
-
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+pytestmark = needs_device
 
 
 def describe(seed: int, gen, choice=None) -> str:

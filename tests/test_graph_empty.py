@@ -13,9 +13,10 @@ from tilec.empty import eliminate_empty, has_empty
 from tilec.errors import TileError
 from tilec.graph import Graph
 
-from .graph_refs import HAVE_DEVICE, close
+from .device import needs_device
+from .graph_refs import close
 
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 RNG = np.random.default_rng(11)
 
 

@@ -9,19 +9,11 @@ import pytest
 import tilec
 from tilec.cli import random_array
 from tilec.config import Config
-from tilec.errors import DeviceError
 
+from .device import needs_device
 from .kernel_cases import CASES, INT_CASES
 
-try:
-    from tilec.runtime import choose_device
-
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+pytestmark = needs_device
 
 
 def run_case(src: str, shapes: dict, *, dtype: str = "float32", seed: int = 0,

@@ -25,15 +25,9 @@ from tilec.hw import HwModel
 from tilec.records import RecordStore
 from tilec.runtime import Runtime
 
-try:
-    from tilec.runtime import choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 ROOT = Path(__file__).resolve().parent.parent
 INT_MAX = 2**31 - 1
 

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import tilec
 from tilec import ops
-from tilec.errors import DeviceError
 
-try:
-    from tilec.runtime import choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+pytestmark = needs_device
 
 CHAIN = """function (A[M, K], B[K, N], C[N, P]) -> (Y) {
   T1[m, n : M, N] = +(A[m, k] * B[k, n]);

@@ -20,7 +20,7 @@ import tilec.onnx as tonnx  # noqa: E402
 from tilec.cli import main  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
-from .graph_refs import HAVE_DEVICE  # noqa: E402
+from .device import needs_device  # noqa: E402
 from .onnx_cases import (  # noqa: E402
     UNSUPPORTED,
     Case,
@@ -30,7 +30,7 @@ from .onnx_cases import (  # noqa: E402
     run_case,
 )
 
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 
 NODE = node_cases(full=False)
 DATA = data_cases()

@@ -18,9 +18,9 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import tilec.onnx as tonnx  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
-from .graph_refs import HAVE_DEVICE  # noqa: E402
+from .device import needs_device  # noqa: E402
 
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 RNG = np.random.default_rng(23)
 
 

@@ -10,9 +10,10 @@ from tilec import ops, passes
 from tilec.errors import TileError
 from tilec.graph import Graph
 
-from .graph_refs import HAVE_DEVICE, close, conv_nchw, run, sigmoid
+from .device import needs_device
+from .graph_refs import close, conv_nchw, run, sigmoid
 
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 RNG = np.random.default_rng(11)
 
 

@@ -6,16 +6,11 @@ import pytest
 
 import tilec
 from tilec.errors import BuildError, DeviceError, TileError
+from tilec.runtime import Runtime
 
-try:
-    from tilec.runtime import Runtime, choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-pytestmark = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+pytestmark = needs_device
 
 
 def test_build_error_shows_log_and_generated_line():

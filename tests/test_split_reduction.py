@@ -14,8 +14,9 @@ from tilec.fuse import ContractionKernel, plan_kernels
 from tilec.hw import HwModel
 from tilec.schedule import make_schedule
 
+from .device import needs_device
 from .kernel_cases import CASES
-from .test_kernels import HAVE_DEVICE, run_case
+from .test_kernels import run_case
 
 SOFTMAX = (Path(__file__).resolve().parent.parent / "examples" / "softmax.tile").read_text()
 
@@ -82,7 +83,6 @@ def split_kernels(exe) -> int:
     return exe.source.count("split reduction:")
 
 
-needs_device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
 
 
 @needs_device

@@ -15,6 +15,7 @@ from tilec.fuse import plan_kernels
 from tilec.hw import HwModel
 from tilec.schedule import make_schedule
 
+from .device import needs_device
 from .kernel_cases import CASES
 
 
@@ -50,6 +51,7 @@ def test_slots_are_distinct_and_vectors_aligned(name, flat, sched):
             assert all(s % sched.vec == 0 for k, s in enumerate(st.local_strides) if k != v)
 
 
+@needs_device
 def test_matmul_reads_and_copies_whole_vectors():
     src, shapes = CASES["matmul_64"]
     cfg = Config(use_tuning_records=False, tiles={"*": {"k": 16, "m": 32, "n": 32}})
@@ -63,6 +65,7 @@ def test_matmul_reads_and_copies_whole_vectors():
     np.testing.assert_allclose(out["C"], arrays["A"] @ arrays["B"], rtol=1e-4, atol=1e-4)
 
 
+@needs_device
 def test_halo_tiles_copy_element_by_element():
     src, shapes = CASES["conv_same_relu"]
     exe = tilec.compile(src, shapes, hw="nvidia-h100", config=Config(use_tuning_records=False))

@@ -15,7 +15,6 @@ from tilec import tune as tune_mod
 from tilec.cli import main, random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.errors import DeviceError
 from tilec.records import DeviceKey, RecordStore, TuneRecord, default_path
 from tilec.tune import spearman, tune
 from tilec.worksize import (
@@ -25,15 +24,9 @@ from tilec.worksize import (
     thread_budgets,
 )
 
-try:
-    from tilec.runtime import choose_device
+from .device import needs_device
 
-    choose_device()
-    HAVE_DEVICE = True
-except DeviceError:
-    HAVE_DEVICE = False
-
-device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")
+device = needs_device
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
 MM_SHAPES = {"A": (16, 24), "B": (24, 20)}

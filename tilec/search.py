@@ -170,7 +170,10 @@ def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, to
                post_inputs: int, limit: int) -> str:
     from dataclasses import fields
 
-    from . import cost, flat as flat_mod, hw as hw_mod, layout as layout_mod, memo, schedule
+    from . import cost, memo, schedule
+    from . import flat as flat_mod
+    from . import hw as hw_mod
+    from . import layout as layout_mod
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
