@@ -163,16 +163,38 @@ def test_parser_tables_are_cached_and_a_damaged_file_is_rebuilt(_private_program
 def test_probe_result_is_remembered(_private_program_cache, monkeypatch):
     from tilec import runtime
 
+    runtime.probe_result.cache_clear()  # probe into this test's private cache directory
     dev = runtime.choose_device()
     info = runtime.describe(dev)
     assert runtime._known_good(info)
+    width = runtime.probe_result(dev).vector_limit
+    assert width in runtime.PROBE_WIDTHS
     calls = []
-    monkeypatch.setattr(runtime, "_probe", lambda d: calls.append(d) or "should not be called")
+    monkeypatch.setattr(runtime, "_run_probe", lambda *a: calls.append(a) or 0)
+    runtime.probe_result.cache_clear()
     assert runtime.describe(runtime.choose_device()) == info
+    assert runtime.probe_result(dev).vector_limit == width
     assert not calls
     # A damaged file: the devices are probed again.
     runtime._known_good_path().write_bytes(b"junk")
     assert not runtime._known_good(info)
+    runtime.probe_result.cache_clear()
+    assert runtime.probe_result(dev).problem is not None  # the stand-in probe computes wrongly
+    assert calls
+    runtime.probe_result.cache_clear()
+
+
+def test_probe_kernels_check_every_lane():
+    """The probe's kernels are correct OpenCL whose expected results the host computes: on a
+    device that computes them right, every width passes (checked on the chosen device)."""
+    from tilec import runtime
+
+    dev = runtime.choose_device()
+    for w in runtime.PROBE_WIDTHS:
+        text = runtime._probe_kernel(w)
+        assert f"tilec_probe{w}" in text
+        assert text.count("b[g * ") == w
+    assert runtime.probe_result(dev).problem is None
 
 
 def test_cache_info_and_clear_cover_search_results(tmp_path, monkeypatch, capsys):

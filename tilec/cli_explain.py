@@ -22,7 +22,8 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     if hw_name in (None, "", "auto"):
         from .runtime import Runtime
 
-        hw = HwModel.from_device(Runtime.get(device).device)
+        rt = Runtime.get(device)
+        hw = HwModel.from_device(rt.device, max_vec=rt.vector_limit)
     else:
         hw = HwModel.load(hw_name)
     out = [f"hardware model: {hw.describe()}", ""]

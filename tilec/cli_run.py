@@ -173,16 +173,19 @@ def _open_bundle(args: argparse.Namespace):
 
 def cmd_devices(args: argparse.Namespace) -> int:
     from .hw import HwModel
-    from .runtime import _probe, all_devices, describe
+    from .runtime import PROBE_WIDTHS, all_devices, describe, probe_result
 
     for d in all_devices():
         info = describe(d)
-        problem = _probe(d)
+        probed = probe_result(d)
+        limit = probed.vector_limit if probed.problem is None else None
         print(f"{info.label}  [{info.kind}, {info.version}, driver {info.driver}]"
-              + (f"  UNUSABLE: {problem}" if problem else ""))
+              + (f"  UNUSABLE: {probed.problem}" if probed.problem else "")
+              + (f"  (float vectors wider than {limit} compute wrongly: capped)"
+                 if limit and limit < PROBE_WIDTHS[0] else ""))
         print(f"  platform: {info.platform_version}")
         try:
-            print("  " + HwModel.from_device(d).describe().replace("\n", "\n  "))
+            print("  " + HwModel.from_device(d, max_vec=limit).describe().replace("\n", "\n  "))
         except TileError as e:
             print(f"  no hardware model: {e}")
     return 0

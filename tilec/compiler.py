@@ -34,7 +34,7 @@ def _hw_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwMod
     name = hw or config.hw
     if name and name != "auto":
         return HwModel.load(name)
-    return HwModel.from_device(runtime.device)
+    return HwModel.from_device(runtime.device, max_vec=runtime.vector_limit)
 
 
 def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):

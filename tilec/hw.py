@@ -168,13 +168,14 @@ class HwModel:
         return cls(**_checked_values(data, source))
 
     @classmethod
-    def from_device(cls, device: Any) -> HwModel:
+    def from_device(cls, device: Any, max_vec: int | None = None) -> HwModel:
         """A model from an OpenCL device's queries, with tilec's defaults for what OpenCL does
         not tell (rules in hwmodels/README.md).  Any object with pyopencl.Device's attribute
-        names will do; a query that fails counts as unknown."""
+        names will do; a query that fails counts as unknown.  `max_vec` caps the vector width
+        (the widest the device was seen to compute correctly)."""
         from .hw_device import derive
 
-        return derive(device)
+        return derive(device, max_vec=max_vec)
 
     @classmethod
     def auto(cls, device: Any = None) -> HwModel:

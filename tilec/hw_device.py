@@ -23,7 +23,7 @@ def _query(device: Any, attr: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def derive(device: Any) -> HwModel:
+def derive(device: Any, max_vec: int | None = None) -> HwModel:
     name = str(_query(device, "name", "")).strip()
     platform = _query(device, "platform", None)
     pname = str(_query(platform, "name", "")).strip() if platform is not None else ""
@@ -35,7 +35,8 @@ def derive(device: Any) -> HwModel:
     local = int(_query(device, "local_mem_size", 0))
     line = int(_query(device, "global_mem_cacheline_size", 0))
     cache = int(_query(device, "global_mem_cache_size", 0))
-    pref = int(_query(device, "preferred_vector_width_float", 1))
+    native = int(_query(device, "preferred_vector_width_float", 1))
+    pref = min(native, max_vec) if max_vec else native
     is_cpu = bool(int(_query(device, "type", 0)) & _CL_DEVICE_TYPE_CPU)
     emulated_local = int(_query(device, "local_mem_type", 1)) == _CL_LOCAL_MEM_GLOBAL
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
@@ -45,12 +46,14 @@ def derive(device: Any) -> HwModel:
         clock_mhz=int(_query(device, "max_clock_frequency", 0)), max_work_group_size=wg,
         local_mem_bytes=local,
         source=f"OpenCL queries of {name!r} on {pname} {pver}".strip()
+        + (f"; vectors capped at {max_vec} (wider ones computed wrongly)"
+           if max_vec and max_vec < native else "")
         + "; tilec defaults for the rest (hwmodels/README.md)",
     )
     if is_cpu:
         vec = _clamp_vec(pref)
         text = f"{name} {_query(device, 'version', '')}".lower()
-        registers = 32 if vec >= 16 or "aarch64" in text or "arm" in text else 16
+        registers = 32 if _clamp_vec(native) >= 16 or "aarch64" in text or "arm" in text else 16
         l1, l2 = _host_caches()
         l1 = l1 or 32 * 1024
         l2 = l2 or (min(cache, 1 << 20) if cache > l1 else 1 << 20)
@@ -68,7 +71,8 @@ def derive(device: Any) -> HwModel:
         # GPUs, whose register files are a fraction of the size.
         max_regs=threads * 64 * 4 if cus >= 16 else 16384, goal_flops_per_byte=50.0,
         staging="global" if emulated_local or local == 0 else "local",
-        vec_size=max(4, _clamp_vec(pref)), l2_bytes=cache, **common,
+        vec_size=min(max(4, _clamp_vec(pref)), _clamp_vec(max_vec or 16)), l2_bytes=cache,
+        **common,
     )
 
 

@@ -75,7 +75,8 @@ def describe(device) -> DeviceInfo:
 
 def choose_device(spec: str | None = None):
     """The device whose "platform: device" text contains `spec` (case-insensitive); without a
-    spec, a GPU if there is one, else a CPU."""
+    spec, a GPU if there is one, else a CPU.  Among devices of one kind, one that computes every
+    vector width correctly is preferred over one that needs narrower vectors (see `_probe`)."""
     devices = all_devices()
     if spec:
         want = spec.lower()
@@ -84,21 +85,57 @@ def choose_device(spec: str | None = None):
             names = "; ".join(describe(d).label for d in devices)
             raise DeviceError(f"no OpenCL device matches {spec!r} (devices: {names})")
         return found[0]
-    order = sorted(devices, key=lambda d: {"gpu": 0, "cpu": 1}.get(describe(d).kind, 2))
     failures = []
-    for d in order:
-        if _known_good(describe(d)):
-            return d
-        problem = _probe(d)
-        if problem is None:
-            return d
-        failures.append(f"{describe(d).label}: {problem}")
-    raise DeviceError("no OpenCL device can build a kernel:\n  " + "\n  ".join(failures)
+    for kind in ("gpu", "cpu", "other"):
+        usable = []
+        for d in (d for d in devices if describe(d).kind == kind):
+            result = probe_result(d)
+            if result.problem is not None:
+                failures.append(f"{describe(d).label}: {result.problem}")
+            elif result.vector_limit >= PROBE_WIDTHS[0]:
+                return d
+            else:
+                usable.append(d)
+        if usable:
+            return usable[0]
+    raise DeviceError("no OpenCL device can build and run a kernel correctly:\n  "
+                      + "\n  ".join(failures)
                       + "\n(the PyPI PoCL's LLVM 14 does not know some recent CPUs; Debian's "
                       "`apt-get install pocl-opencl-icd` provides a newer PoCL)")
 
 
-_PROBE = "__kernel void tilec_probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
+# The probe's vector widths, widest first.  Some driver/CPU pairs build every width but compute
+# the widest wrongly (PyPI PoCL 3.0's LLVM 14 on AVX-512 Zen 4 loses the upper half of a float16
+# accumulated in a loop), so each width is run and its results checked, not only built.
+PROBE_WIDTHS = (16, 8, 4, 2, 1)
+_HEX = "0123456789abcdef"
+
+
+def _probe_kernel(w: int) -> str:
+    """The shape of tilec's own contraction kernels in little: vector loads at clamped offsets
+    accumulated in an unrolled loop, then every lane stored as a scalar."""
+    t = f"float{w}" if w > 1 else "float"
+    load = (f"vload{w}(0, a + clamp(g * {w} + u * {w} * n, 0, {2 * w} * n))" if w > 1
+            else "a[g + u * n]")
+    lanes = [f"acc.s{_HEX[i]}" for i in range(w)] if w > 1 else ["acc"]
+    stores = "\n".join(f"    b[g * {w} + {i}] = {lane} + 0.5f;" for i, lane in enumerate(lanes))
+    return (f"__kernel void tilec_probe{w}(__global const float* restrict a, "
+            f"__global float* b) {{\n"
+            f"    const int g = get_global_id(0);\n    const int n = get_global_size(0);\n"
+            f"    {t} acc = ({t})(0.0f);\n    #pragma unroll\n"
+            f"    for (int u = 0; u < 2; u += 1) {{\n        acc += {load} * 1.5f;\n    }}\n"
+            f"{stores}\n}}\n")
+
+
+_PROBE = "\n".join(_probe_kernel(w) for w in PROBE_WIDTHS)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What the probe found: why the device is unusable (None when usable) and the widest float
+    vector it computes correctly (0 when unusable)."""
+    problem: str | None
+    vector_limit: int
 
 
 # Contexts the probe opened on devices that passed, handed to the Runtime that follows (a
@@ -106,23 +143,60 @@ _PROBE = "__kernel void tilec_probe(__global float* a) { a[get_global_id(0)] += 
 _PROBE_CONTEXTS: dict = {}
 
 
-@functools.cache
 def _probe(device) -> str | None:
-    """Why a device cannot build a trivial kernel (None when it can).  Some installed OpenCL
-    drivers enumerate devices they cannot compile for.  A device that passes is remembered on
-    disk (by platform, device and driver versions), so later processes skip the probe."""
+    """Why a device cannot build and run a small kernel correctly (None when it can)."""
+    return probe_result(device).problem
+
+
+@functools.cache
+def probe_result(device) -> ProbeResult:
+    """Build the probe kernels, run them on known data and check every lane.  Some installed
+    OpenCL drivers enumerate devices they cannot compile for; some compile vector code wrongly.
+    The outcome is remembered on disk (by platform, device and driver versions), so later
+    processes skip the probe."""
+    info = describe(device)
+    known = _known_result(info)
+    if known is not None:
+        return known
     cl = _cl()
     try:
         ctx = cl.Context([device])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cl.Program(ctx, _PROBE).build()
+            prg = cl.Program(ctx, _PROBE).build()
+        limit = _run_probe(cl, ctx, device, prg)
     except cl.Error as e:
         lines = [ln for ln in str(e).splitlines() if "error" in ln.lower()]
-        return lines[-1].strip() if lines else str(e).splitlines()[0]
+        return ProbeResult(lines[-1].strip() if lines else str(e).splitlines()[0], 0)
+    if limit == 0:
+        return ProbeResult("computes wrong results on a scalar test kernel", 0)
+    result = ProbeResult(None, limit)
     _PROBE_CONTEXTS[device] = ctx
-    _remember_good(describe(device))
-    return None
+    _remember_result(info, result)
+    return result
+
+
+def _run_probe(cl, ctx, device, prg) -> int:
+    """The widest width whose kernel (and every narrower one) gave the expected results."""
+    queue = cl.CommandQueue(ctx)
+    n = 3
+    rng = np.random.default_rng(7)
+    limit = 0
+    for w in reversed(PROBE_WIDTHS):
+        a = rng.uniform(1.0, 2.0, size=3 * w * n).astype(np.float32)
+        out = np.full(w * n, np.nan, np.float32)
+        mf = cl.mem_flags
+        abuf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        bbuf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=out)
+        getattr(prg, f"tilec_probe{w}")(queue, (n,), (1,), abuf, bbuf)
+        cl.enqueue_copy(queue, out, bbuf)
+        queue.finish()
+        g, i = np.arange(n)[:, None], np.arange(w)[None, :]
+        expected = (a[g * w + i] + a[g * w + w * n + i]) * 1.5 + 0.5
+        if not np.allclose(out.reshape(n, w), expected, rtol=1e-5, atol=0):
+            break
+        limit = w
+    return limit
 
 
 def _known_good_path():
@@ -137,20 +211,27 @@ def _device_key(info: DeviceInfo) -> str:
     return memo.digest("probe", _PROBE, *info.key)
 
 
-def _known_good(info: DeviceInfo) -> bool:
+def _known_result(info: DeviceInfo) -> ProbeResult | None:
     from . import memo
 
     found = memo.read_json(_known_good_path(), "probed")
-    return isinstance(found, dict) and _device_key(info) in found
+    entry = found.get(_device_key(info)) if isinstance(found, dict) else None
+    if not isinstance(entry, dict) or entry.get("vector_limit") not in PROBE_WIDTHS:
+        return None
+    return ProbeResult(None, int(entry["vector_limit"]))
 
 
-def _remember_good(info: DeviceInfo) -> None:
+def _known_good(info: DeviceInfo) -> bool:
+    return _known_result(info) is not None
+
+
+def _remember_result(info: DeviceInfo, result: ProbeResult) -> None:
     from . import memo
 
     path = _known_good_path()
     found = memo.read_json(path, "probed")
     found = found if isinstance(found, dict) else {}
-    found[_device_key(info)] = info.label
+    found[_device_key(info)] = {"label": info.label, "vector_limit": result.vector_limit}
     memo.write_json(path, "probed", found)  # unwritable: probe again next time
 
 
@@ -171,6 +252,9 @@ class Runtime:
         self.max_alloc = int(device.max_mem_alloc_size)
         self.global_mem = int(device.global_mem_size)
         self.max_wg = int(device.max_work_group_size)
+        # The widest float vector the device computes correctly (None: not known, no cap).
+        probed = probe_result(device)
+        self.vector_limit = probed.vector_limit if probed.problem is None else None
         self.driver_caches_builds = _driver_caches_builds(device)
         self._caches: dict[tuple, ProgramCache] = {}
         self._caches_lock = threading.Lock()
