@@ -34,9 +34,9 @@ def main() -> int:
     import numpy as np
 
     import tilec
-    from tilec.cli import random_array
+    from tilec.cli.main import random_array
     from tilec.config import Config
-    from tilec.runtime import Runtime
+    from tilec.runtime.device import Runtime
 
     import_s = time.perf_counter() - t0
     shapes = {n: tuple(int(d) for d in s.split("x"))

@@ -110,7 +110,7 @@ def main() -> int:
     # An empty NVIDIA build cache of our own: the compile column is a cold build.
     os.environ["CUDA_CACHE_PATH"] = harness.scratch("tilec-bench-nv-")
     from tilec.config import Config
-    from tilec.runtime import Runtime
+    from tilec.runtime.device import Runtime
 
     rt = Runtime.get(args.device)
     gpu_name = torch.cuda.get_device_name()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from suite import Case  # noqa: E402
 
-from tilec.cli import random_array  # noqa: E402
+from tilec.cli.main import random_array  # noqa: E402
 from tilec.compiler import compare  # noqa: E402
 from tilec.config import Config  # noqa: E402
 
@@ -96,7 +96,7 @@ def measure_tilec(case: Case, config: Config, repeat: int, budget: float):
     """Compile, validate on poisoned outputs, then time.  Returns (result, arrays, reference,
     executable); arrays and reference are None when tilec failed."""
     import tilec
-    from tilec.reference import evaluate_program
+    from tilec.lang.reference import evaluate_program
 
     res = Result(case)
     t0 = time.perf_counter()
@@ -211,7 +211,7 @@ def plaidml_first_calls(python: str, env: dict, case: Case,
                         device: str = "") -> Callable[[], dict]:
     """PlaidML's first call on `case`, in a fresh process each time it is called."""
     def run() -> dict:
-        from tilec.api import evaluate
+        from tilec.lang.api import evaluate
 
         rng = np.random.default_rng(0)
         arrays = {n: random_array(rng, s, "float32") for n, s in case.shapes.items()}

@@ -253,7 +253,7 @@ def main() -> int:
     # A PoCL kernel cache of our own, empty: every compile figure in the table is a cold build.
     os.environ["POCL_CACHE_DIR"] = harness.scratch("tilec-bench-pocl-")
     from tilec.config import Config
-    from tilec.runtime import Runtime
+    from tilec.runtime.device import Runtime
 
     rt = Runtime.get(args.device)
     config = Config(device=args.device, use_tuning_records=False,

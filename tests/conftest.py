@@ -9,7 +9,7 @@ import pytest
 def _private_program_cache(tmp_path_factory):
     """Keep every test's program binaries out of the user's cache directory: a Config without
     `cache_dir` gets a directory of this session instead."""
-    from tilec import cache
+    from tilec.runtime import cache
 
     root = tmp_path_factory.mktemp("tilec-cache")
     with pytest.MonkeyPatch.context() as mp:

@@ -9,7 +9,7 @@ from tilec.errors import DeviceError
 
 
 def _have_device() -> bool:
-    from tilec.runtime import choose_device
+    from tilec.runtime.device import choose_device
 
     try:
         choose_device()

@@ -1,6 +1,6 @@
 """Flat contractions built by hand, for planner tests that must not depend on the flattener."""
 
-from tilec.flat import FlatContraction, FlatTensor
+from tilec.plan.flat import FlatContraction, FlatTensor
 
 
 def seed_flat(n: int = 32) -> FlatContraction:

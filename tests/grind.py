@@ -206,7 +206,7 @@ def _canary() -> None:
     import numpy as np
     import pyopencl as cl
 
-    from tilec.runtime import choose_device
+    from tilec.runtime.device import choose_device
 
     dev = choose_device("Oclgrind")
     ctx = cl.Context([dev])
@@ -238,7 +238,7 @@ def _stale(release: bool) -> None:
     import numpy as np
     import pyopencl as cl
 
-    from tilec.runtime import choose_device
+    from tilec.runtime.device import choose_device
 
     ctx = cl.Context([choose_device("Oclgrind")])
     queue = cl.CommandQueue(ctx)
@@ -272,7 +272,7 @@ def _worker(mode: str) -> None:
 
     import numpy as np
 
-    from tilec.cli import random_array
+    from tilec.cli.main import random_array
     from tilec.compiler import compile as tile_compile
     from tilec.config import Config
     from tilec.errors import TileError
@@ -349,7 +349,7 @@ def corpus(differential: int = 0, graphs: bool = False, onnx: bool = False) -> l
 def differential_jobs(seeds) -> list[Job]:
     import tilec
     from tilec.errors import TileError
-    from tilec.fuse import plan_kernels
+    from tilec.plan.fuse import plan_kernels
 
     from .progen import CHOICE_SALT, RandomPicker, choose, contraction_program
 

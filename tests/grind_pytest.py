@@ -128,8 +128,8 @@ def run_tests(mode: str) -> None:
 
     import pytest
 
-    from tilec.launch import Launcher
-    from tilec.runtime import Runtime
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.launch import Launcher
 
     warnings.simplefilter("ignore")
     job = json.loads(sys.stdin.read())

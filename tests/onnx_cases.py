@@ -112,7 +112,7 @@ class Case:
 
 
 def _supported(model) -> bool:
-    import tilec.onnx as tonnx
+    import tilec.onnx.importer as tonnx
 
     return not tonnx.unsupported_ops(model)
 
@@ -167,7 +167,7 @@ def data_cases() -> list[Case]:
 
 def is_float32(model) -> bool:
     """Every output and every data input is float32 (int64 shapes and axes do not count)."""
-    from tilec.onnx import ModelInfo
+    from tilec.onnx.importer import ModelInfo
 
     try:
         info = ModelInfo(model)
@@ -179,7 +179,7 @@ def is_float32(model) -> bool:
 
 def run_case(case: Case) -> None:
     """Load, run every data set with outputs poisoned, compare with the expected outputs."""
-    import tilec.onnx as tonnx
+    import tilec.onnx.importer as tonnx
 
     exe = tonnx.load(case.model)
     for inputs, outputs in case.data_sets:

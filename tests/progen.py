@@ -419,7 +419,7 @@ def choose(p: Picker, plan, models: Sequence[str] = HW_MODELS) -> Choice:
     """A random hardware model, vector width, staging, thread budget, a forced tile for
     every contraction kernel of `plan` (sizes 1..range, divisors or not), and whether
     reductions are split over threads (automatic, off, forced)."""
-    from tilec.fuse import ContractionKernel
+    from tilec.plan.fuse import ContractionKernel
 
     tiles: dict[str, dict[str, int]] = {}
     for k in plan.kernels:

@@ -14,12 +14,12 @@ import pytest
 
 import tilec
 from tilec.bundle import BundleError, BundleWarning, load, write_bundle
-from tilec.cli import main, random_array
+from tilec.cli.main import main, random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.errors import TileError
-from tilec.reference import evaluate_program
-from tilec.tune import tune
+from tilec.lang.reference import evaluate_program
+from tilec.tune.measure import tune
 
 from .device import needs_device
 
@@ -90,18 +90,18 @@ def test_bundle_loads_from_its_binary_and_runs(bundle, compiled):
 def test_loading_neither_parses_nor_searches(bundle, monkeypatch):
     import sys
 
-    import tilec.api
-    import tilec.search
+    import tilec.lang.api
+    import tilec.plan.search
 
     def forbidden(*args, **kwargs):
         raise AssertionError("load must not parse, check or search")
 
-    monkeypatch.setattr(tilec.api, "parse", forbidden)
-    monkeypatch.setattr(tilec.api, "check_program", forbidden)
-    monkeypatch.setattr(tilec.search, "search", forbidden)
+    monkeypatch.setattr(tilec.lang.api, "parse", forbidden)
+    monkeypatch.setattr(tilec.lang.api, "check_program", forbidden)
+    monkeypatch.setattr(tilec.plan.search, "search", forbidden)
     # The modules themselves: the package's `parse` name is the API function.
-    monkeypatch.setattr(sys.modules["tilec.parse"], "parse", forbidden)
-    monkeypatch.setattr(sys.modules["tilec.check"], "check", forbidden)
+    monkeypatch.setattr(sys.modules["tilec.lang.parse"], "parse", forbidden)
+    monkeypatch.setattr(sys.modules["tilec.lang.check"], "check", forbidden)
     exe = load(bundle)
     outs = exe(**arrays())
     assert outs["C"].shape == (12, 9) and np.isfinite(outs["D"]).all()

@@ -17,7 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.cache import (
+from tilec.cli.main import cache_settings, main
+from tilec.cli.run import make_config
+from tilec.config import Config
+from tilec.errors import BuildError
+from tilec.runtime.cache import (
     FORMAT,
     CacheWarning,
     ProgramCache,
@@ -26,11 +30,7 @@ from tilec.cache import (
     encode_entry,
     key_fields,
 )
-from tilec.cli import cache_settings, main
-from tilec.cli_run import make_config
-from tilec.config import Config
-from tilec.errors import BuildError
-from tilec.runtime import DeviceInfo
+from tilec.runtime.device import DeviceInfo
 
 from .device import needs_device
 
@@ -135,7 +135,7 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
 def test_decode_refuses_unusable_entries(kind):
-    from tilec.cache import _Unusable
+    from tilec.runtime.cache import _Unusable
 
     data, reason = CORRUPTIONS[kind]
     with pytest.raises(_Unusable, match=reason):
@@ -159,7 +159,7 @@ def test_in_process_cache_builds_each_distinct_source_once(tmp_path):
 
 
 def test_in_process_cache_keeps_the_most_recent_programs(tmp_path, monkeypatch):
-    from tilec import cache as cache_module
+    from tilec.runtime import cache as cache_module
 
     monkeypatch.setattr(cache_module, "MEMORY_PROGRAMS", 2)
     cache = ProgramCache(tmp_path, enabled=False)
@@ -321,7 +321,7 @@ def test_only_the_cli_reads_tilec_cache_dir(tmp_path, monkeypatch):
 
     import platformdirs
 
-    from tilec import cache
+    from tilec.runtime import cache
 
     monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
     assert cache_settings() == {"cache_dir": tmp_path}
@@ -404,7 +404,7 @@ def test_device_corrupt_entry_is_rebuilt_with_correct_results(tmp_path, kind):
 @device
 def test_device_changed_driver_version_misses(tmp_path):
     from tilec.compiler import compile as tile_compile
-    from tilec.runtime import Runtime
+    from tilec.runtime.device import Runtime
 
     cfg = _config(tmp_path)
     exe = tile_compile(MATMUL, config=cfg)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec import ir
 from tilec.errors import Source, TileCheckError, TileError
+from tilec.lang import ir
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RNG = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""The `tilec check` and `tilec eval` commands, called through `tilec.cli.main`."""
+"""The `tilec check` and `tilec eval` commands, called through `tilec.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli import main
+from tilec.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tilec.cli import main
+from tilec.cli.main import main
 
 from .device import needs_device
 

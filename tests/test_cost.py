@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec.cost import cost_from_many, score, score_many
-from tilec.flat import FlatContraction, FlatTensor
-from tilec.hw import HwModel
+from tilec.plan.cost import cost_from_many, score, score_many
+from tilec.plan.flat import FlatContraction, FlatTensor
+from tilec.plan.hw import HwModel
 
 from .flats import matmul_flat, seed_flat
 

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec import ir
-from tilec.api import check_program
-from tilec.defract import rewrite, rewritten
 from tilec.errors import TileCheckError
-from tilec.flat import FlatContraction
-from tilec.flatten import flatten
-from tilec.fuse import plan_kernels
-from tilec.reduce import describe_steps, fmt, render
-from tilec.reference import evaluate_program
+from tilec.lang import ir
+from tilec.lang.api import check_program
+from tilec.lang.reference import evaluate_program
+from tilec.plan.defract import rewrite, rewritten
+from tilec.plan.flat import FlatContraction
+from tilec.plan.flatten import flatten
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.reduce import describe_steps, fmt, render
 
 from .kernel_cases import CASES, TRANSPOSED_CASES, conv_transpose_nhwc
 
@@ -206,7 +206,7 @@ def test_unbounded_index_is_reported_before_rewriting() -> None:
 # explain -----------------------------------------------------------------------------------------
 
 def test_explain_shows_the_table_before_and_after_each_rewrite() -> None:
-    from tilec.cli_explain import explain
+    from tilec.cli.explain import explain
 
     src = "function (I[X], K[KX]) -> (O) { O[2 * x + k : 2 * X + 1] = +(I[x] * K[k]); }"
     text = explain(src, {"I": (9,), "K": (3,)}, "float32", "pocl-cpu", None, {}, 1, None)

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.compiler import compare
 from tilec.config import Config
 from tilec.errors import TileCheckError, TileError
-from tilec.fuse import plan_kernels
-from tilec.reference import evaluate_program
+from tilec.lang.reference import evaluate_program
+from tilec.plan.fuse import plan_kernels
 
 from .device import needs_device
 from .progen import CHOICE_SALT, TALLY, RandomPicker, choose, contraction_program

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec import ir
 from tilec.errors import TileCheckError
-from tilec.flat import FlatContraction
-from tilec.flatten import describe, flatten, operand_strides
+from tilec.lang import ir
+from tilec.plan.flat import FlatContraction
+from tilec.plan.flatten import describe, flatten, operand_strides
 
 P = ir.Poly
 ix = P.index
@@ -248,10 +248,10 @@ def test_operand_strides_and_fusion() -> None:
 
 def _parsed(text: str, shapes: dict[str, tuple[int, ...]]) -> ir.Program:
     try:
-        from tilec.check import check
-        from tilec.parse import parse
+        from tilec.lang.check import check
+        from tilec.lang.parse import parse
     except ImportError:  # the front end is written alongside; these tests wait for it
-        pytest.skip("tilec.parse / tilec.check not available")
+        pytest.skip("tilec.lang.parse / tilec.lang.check not available")
     return check(parse(text), shapes)
 
 

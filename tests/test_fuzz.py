@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec import ir
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.compiler import generate
 from tilec.config import Config
 from tilec.errors import TileCheckError, TileError, TileSyntaxError
-from tilec.fuse import ContractionKernel, plan_kernels
-from tilec.hw import HwModel, list_models
-from tilec.reference import evaluate_program, index_bounds
+from tilec.lang import ir
+from tilec.lang.reference import evaluate_program, index_bounds
+from tilec.plan.fuse import ContractionKernel, plan_kernels
+from tilec.plan.hw import HwModel, list_models
 
 from .kernel_cases import CASES, INT_CASES
 from .progen import (

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec import ops
 from tilec.errors import TileError
-from tilec.graph import Graph
+from tilec.graph import ops
+from tilec.graph.builder import Graph
 
 from .device import needs_device
 from .graph_refs import close, conv_nchw, pool_nchw, run, sigmoid, softmax

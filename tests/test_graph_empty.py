@@ -1,4 +1,4 @@
-"""Tensors with no elements (`tilec.empty`): no kernel reads or writes one; reductions over an
+"""Tensors with no elements (`tilec.graph.empty`): no kernel reads or writes one; reductions over an
 empty set give their identity; empty outputs come back with their shapes and types.  Non-empty
 results are computed on the CPU device with their buffers poisoned and compared with numpy."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec import ops
-from tilec.empty import eliminate_empty, has_empty
 from tilec.errors import TileError
-from tilec.graph import Graph
+from tilec.graph import ops
+from tilec.graph.builder import Graph
+from tilec.graph.empty import eliminate_empty, has_empty
 
 from .device import needs_device
 from .graph_refs import close
@@ -174,7 +174,7 @@ def test_tile_programs_still_refuse_zero_sizes():
 
 @device
 def test_cli_graph_runs_and_validates_a_graph_with_empty_tensors(tmp_path, capsys):
-    from tilec.cli import main
+    from tilec.cli.main import main
 
     script = tmp_path / "g.py"
     script.write_text(

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from tilec.errors import HardwareModelError
-from tilec.hw import HwModel, list_models, register_tile_for
+from tilec.plan.hw import HwModel, list_models, register_tile_for
 
 SHIPPED = ["adreno-640", "intel-uhd", "mali-g52", "nvidia-h100", "pocl-cpu", "seed-example"]
 

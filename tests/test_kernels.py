@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.config import Config
 
 from .device import needs_device

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec.flat import FlatContraction, FlatTensor
-from tilec.hw import HwModel
-from tilec.layout import (
+from tilec.plan.flat import FlatContraction, FlatTensor
+from tilec.plan.hw import HwModel
+from tilec.plan.layout import (
     assign_threads,
     layout,
     merge_stats,

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cache import ProgramCache
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.compiler import generate
 from tilec.config import Config
 from tilec.errors import DeviceError, TileCheckError, TileError
-from tilec.fuse import plan_kernels
-from tilec.hw import HwModel
-from tilec.records import RecordStore
-from tilec.runtime import Runtime
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.runtime.cache import ProgramCache
+from tilec.runtime.device import Runtime
+from tilec.tune.records import RecordStore
 
 from .device import needs_device
 
@@ -164,10 +164,10 @@ WORKER = """
 import sys, time
 from pathlib import Path
 import numpy as np
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.tune import tune
+from tilec.tune.measure import tune
 from tests.kernel_cases import CASES
 
 root, go, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
@@ -224,10 +224,10 @@ INTERRUPTED = """
 import sys
 from pathlib import Path
 import numpy as np
-from tilec.cli import random_array
+from tilec.cli.main import random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.tune import tune
+from tilec.tune.measure import tune
 from tests.kernel_cases import CASES
 
 def progress(done, total, label):

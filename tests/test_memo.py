@@ -12,9 +12,9 @@ import pytest
 import tilec
 from tilec import memo
 from tilec.config import Config
-from tilec.fuse import plan_kernels
-from tilec.hw import HwModel
-from tilec.search import search
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.plan.search import search
 
 CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
   O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
@@ -140,7 +140,7 @@ def test_compile_uses_the_search_cache_and_results_hold(tmp_path):
 def test_parser_tables_are_cached_and_a_damaged_file_is_rebuilt(_private_program_cache):
     import importlib
 
-    parse_mod = importlib.import_module("tilec.parse")
+    parse_mod = importlib.import_module("tilec.lang.parse")
     expected = tilec.parse(CONV)
     parse_mod._parser.cache_clear()
     parse_mod._parser()
@@ -161,7 +161,7 @@ def test_parser_tables_are_cached_and_a_damaged_file_is_rebuilt(_private_program
 
 
 def test_probe_result_is_remembered(_private_program_cache, monkeypatch):
-    from tilec import runtime
+    from tilec.runtime import device as runtime
 
     runtime.probe_result.cache_clear()  # probe into this test's private cache directory
     dev = runtime.choose_device()
@@ -187,7 +187,7 @@ def test_probe_result_is_remembered(_private_program_cache, monkeypatch):
 def test_probe_kernels_check_every_lane():
     """The probe's kernels are correct OpenCL whose expected results the host computes: on a
     device that computes them right, every width passes (checked on the chosen device)."""
-    from tilec import runtime
+    from tilec.runtime import device as runtime
 
     dev = runtime.choose_device()
     for w in runtime.PROBE_WIDTHS:
@@ -198,7 +198,7 @@ def test_probe_kernels_check_every_lane():
 
 
 def test_cache_info_and_clear_cover_search_results(tmp_path, monkeypatch, capsys):
-    from tilec.cli import main
+    from tilec.cli.main import main
 
     monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
     flat, hw = _flat(), HwModel.load("pocl-cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tilec
-from tilec import ops
+from tilec.graph import ops
 
 from .device import needs_device
 

@@ -16,8 +16,8 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import tilec.onnx as tonnx  # noqa: E402
-from tilec.cli import main  # noqa: E402
+import tilec.onnx.importer as tonnx  # noqa: E402
+from tilec.cli.main import main  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
 from .device import needs_device  # noqa: E402

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec import ast
 from tilec.errors import Source, TileError, TileSyntaxError
-from tilec.parse import MAX_DEPTH
+from tilec.lang import ast
+from tilec.lang.parse import MAX_DEPTH
 
 
 def at(text: str, line: int, col: int) -> str:

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec import check_program, ir
+from tilec import check_program
 from tilec.errors import TileCheckError
-from tilec.reference import evaluate_program, index_bounds
-from tilec.reference_paths import plan_fast
+from tilec.lang import ir
+from tilec.lang.reference import evaluate_program, index_bounds
+from tilec.lang.reference_paths import plan_fast
 
 RNG = np.random.default_rng(1234)
 

@@ -6,7 +6,7 @@ import pytest
 
 import tilec
 from tilec.errors import BuildError, DeviceError, TileError
-from tilec.runtime import Runtime
+from tilec.runtime.device import Runtime
 
 from .device import needs_device
 
@@ -55,7 +55,7 @@ def test_threads_capped_by_device_and_kernel_limits(monkeypatch):
 
     import numpy as np
 
-    from tilec.hw import HwModel
+    from tilec.plan.hw import HwModel
 
     rt = Runtime.get(None)
     big = dataclasses.replace(HwModel.load("nvidia-h100"), threads=2 * rt.max_wg)

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec.cost import Cost, score
 from tilec.errors import TileError
-from tilec.flat import FlatContraction, FlatTensor
-from tilec.hw import HwModel
-from tilec.search import candidates, score_tile, search, write_log
+from tilec.plan.cost import Cost, score
+from tilec.plan.flat import FlatContraction, FlatTensor
+from tilec.plan.hw import HwModel
+from tilec.plan.search import candidates, score_tile, search, write_log
 
 from .flats import matmul_flat, seed_flat
 

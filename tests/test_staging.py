@@ -11,9 +11,9 @@ import pytest
 
 import tilec
 from tilec.config import Config
-from tilec.fuse import plan_kernels
-from tilec.hw import HwModel
-from tilec.schedule import make_schedule
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.plan.schedule import make_schedule
 
 from .device import needs_device
 from .kernel_cases import CASES

@@ -11,18 +11,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tilec import tune as tune_mod
-from tilec.cli import main, random_array
+from tilec.cli.main import main, random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.records import DeviceKey, RecordStore, TuneRecord, default_path
-from tilec.tune import spearman, tune
-from tilec.worksize import (
+from tilec.plan.worksize import (
     elementwise_local_sizes,
     mace_local_sizes,
     pow2_local_sizes,
     thread_budgets,
 )
+from tilec.tune import measure as tune_mod
+from tilec.tune.measure import spearman, tune
+from tilec.tune.records import DeviceKey, RecordStore, TuneRecord, default_path
 
 from .device import needs_device
 
@@ -185,7 +185,7 @@ def test_a_difference_inside_the_noise_keeps_the_models_choice(tmp_path):
 
 
 def test_noise_margin_grows_with_the_spread():
-    from tilec.tune import Measurement, _clearly_faster
+    from tilec.tune.measure import Measurement, _clearly_faster
 
     c = object()
     first = Measurement(c, "ok", 1.0e-3, spread=0.01)  # type: ignore[arg-type]

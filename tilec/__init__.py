@@ -1,11 +1,11 @@
 """tilec: a compiler from PlaidML's Tile language to fused, tiled OpenCL kernels."""
 
-from . import ops
-from .api import check_program, evaluate, parse
 from .bundle import load
 from .compiler import Executable, compile
 from .errors import TileError
-from .graph import Graph, GraphExecutable
+from .graph import ops
+from .graph.builder import Graph, GraphExecutable
+from .lang.api import check_program, evaluate, parse
 
 __version__ = "0.1.0"
 

@@ -38,9 +38,9 @@ import numpy as np
 from .compiler import compare
 from .config import Config
 from .errors import DeviceError, TileError
-from .launch import BufferSpec, KernelInfo, Launcher, Validation
-from .records import TuneRecord
-from .runtime import DeviceInfo, Runtime
+from .runtime.device import DeviceInfo, Runtime
+from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation
+from .tune.records import TuneRecord
 
 FORMAT = "tilec-bundle"
 VERSION = 1
@@ -62,7 +62,7 @@ def _sha(data: bytes) -> str:
 def write_bundle(exe, path: str | os.PathLike[str]) -> str:
     """Write `exe` (a compiled `Executable`) as a bundle; returns a one-line summary."""
     from . import __version__
-    from .cli_run import manifest
+    from .cli.run import manifest
 
     program = exe.program
     binary = exe.runtime.binary_of(exe._cl_program)
@@ -202,8 +202,8 @@ class BundledExecutable(Launcher):
     def program(self):
         """The checked program (parsed on first use: only validation needs it)."""
         if self._program is None:
-            from .api import check_program
             from .errors import Source
+            from .lang.api import check_program
 
             p = self.meta["program"]
             self._program = check_program(Source(p["text"], p.get("name", "<bundle>")),
@@ -212,7 +212,7 @@ class BundledExecutable(Launcher):
 
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
-        from .reference import evaluate_program
+        from .lang.reference import evaluate_program
 
         ref = evaluate_program(self.program, inputs)
         return compare(ref, outs, self.program, self.config)

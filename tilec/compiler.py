@@ -12,20 +12,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import ir
-from .api import check_program
-from .check import normalize_dtype
-from .codegen import KernelSource, contraction_source
-from .codegen_ew import elementwise_source, init_source
+from .codegen.contraction import KernelSource, contraction_source
+from .codegen.elementwise import elementwise_source, init_source
 from .config import Config
 from .errors import Source, TileError
-from .fuse import ContractionKernel, KernelPlan, plan_kernels
-from .hw import HwModel
-from .launch import NP, POISON, BufferSpec, KernelInfo, Launcher, Validation
-from .memory import plan_memory
-from .records import TuneRecord, with_local_size
-from .runtime import Runtime
-from .schedule import make_schedule
+from .lang import ir
+from .lang.api import check_program
+from .lang.check import normalize_dtype
+from .plan.fuse import ContractionKernel, KernelPlan, plan_kernels
+from .plan.hw import HwModel
+from .plan.schedule import make_schedule
+from .runtime.device import Runtime
+from .runtime.launch import NP, POISON, BufferSpec, KernelInfo, Launcher, Validation
+from .runtime.memory import plan_memory
+from .tune.records import TuneRecord, with_local_size
 
 
 def _hw_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
@@ -40,7 +40,7 @@ def _hw_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwMod
 def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):
     """The tile for one contraction: forced by the config, or the search's first choice.
     Returns (tile, cost log lines, search result or None)."""
-    from .search import score_tile, search
+    from .plan.search import score_tile, search
 
     flat = kernel.flat
     forced = (config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
@@ -63,7 +63,7 @@ def search_cache_dir(config: Config):
     """Where searches are kept between processes (None: not kept)."""
     if not config.use_disk_cache:
         return None
-    from .cache import default_cache_root
+    from .runtime.cache import default_cache_root
 
     return (config.cache_dir or default_cache_root()) / "search"
 
@@ -106,7 +106,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
 def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,
                    tuned: Mapping[str, TuneRecord] | None):
     """(tile, cost lines, threads) from a tuning record, or None to search as usual."""
-    from .search import score_tile
+    from .plan.search import score_tile
 
     found = _record_tile(k, config, tuned)
     if found is None:
@@ -178,7 +178,7 @@ class Executable(Launcher):
 
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
-        from .reference import evaluate_program
+        from .lang.reference import evaluate_program
 
         ref = evaluate_program(self.program, inputs)
         return compare(ref, outs, self.program, self.config)
@@ -265,7 +265,7 @@ def _floor_pow2(n: int) -> int:
 
 def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,
                     runtime: Runtime) -> dict[str, TuneRecord]:
-    from .records import DeviceKey, lookup
+    from .tune.records import DeviceKey, lookup
 
     found = lookup(plan, model, config, DeviceKey.from_info(runtime.info))
     # Only records that will be used: a forced tile wins, a stale tile is ignored.

@@ -1,0 +1,133 @@
+"""`tilec explain`: why each kernel got its tile — the flat table, the search, the cost log,
+the memory layout and the threading."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..lang.source import read_source
+
+
+def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
+            tiles: dict[str, dict[str, int]], top: int, cost_log: str | None) -> str:
+    from ..lang.api import check_program
+    from ..plan.flatten import describe
+    from ..plan.fuse import ContractionKernel, plan_kernels
+    from ..plan.hw import HwModel
+    from ..plan.schedule import make_schedule
+    from ..plan.search import score_tile, search, write_log
+
+    program = check_program(src, shapes, dtype)
+    plan = plan_kernels(program)
+    if hw_name in (None, "", "auto"):
+        from ..runtime.device import Runtime
+
+        rt = Runtime.get(device)
+        hw = HwModel.from_device(rt.device, max_vec=rt.vector_limit)
+    else:
+        hw = HwModel.load(hw_name)
+    out = [f"hardware model: {hw.describe()}", ""]
+    logs = []
+    for k in plan.kernels:
+        if not isinstance(k, ContractionKernel):
+            out.append(f"== {k.name}: elementwise, {len(k.ops)} statement(s) over "
+                       f"{list(k.shape)}; writes {', '.join(k.writes) or 'nothing'}")
+            out += [f"   {op.text}" for op in k.ops]
+            out.append("")
+            continue
+        dt = program.tensors[k.op.output].dtype
+        out.append(f"== {k.name}: {k.op.text}")
+        if k.post_ops:
+            out.append("   post-ops: " + "; ".join(p.text for p in k.post_ops)
+                       + f" ({k.post_op_count} operations)")
+        out.append(f"   writes: {', '.join(k.writes)}; output map: {k.out_map}")
+        out.append("")
+        out += _rewrites(program, k.op)
+        out.append(describe(k.flat))
+        out.append("")
+        forced = tiles.get(k.op.output) or tiles.get(k.name) or tiles.get("*")
+        if forced is not None:
+            cost = score_tile(k.flat, hw, forced, post_ops=k.post_op_count, dtype=dt)
+            out.append("Scoring the given tile:")
+            out.append(cost.log_text())
+            chosen, costs = cost.tile, [cost]
+            if not cost.ok:
+                out.append("(this tile is rejected by the model; shown anyway)")
+        else:
+            result = search(k.flat, hw, post_ops=k.post_op_count, dtype=dt,
+                            top_k=max(top, 1))
+            out.append("Search: " + result.describe())
+            out.append(f"Top {min(top, len(result.top))} of the cost log:")
+            out.append("".join(c.log_text() + "\n" for c in result.costs[:top]).rstrip())
+            chosen, costs = result.tile, list(result.costs)
+        logs += costs
+        names = k.flat.names
+        out.append("")
+        out.append("Chosen tile: [" + ", ".join(f"{n}: {t}" for n, t in
+                                               zip(names, chosen, strict=True)) + "]")
+        from ..plan.layout import layout
+
+        out.append("")
+        out.append("Memory layout and threading (PlaidML's plan):")
+        out.append(layout(k.flat, chosen, hw, dt).describe())
+        s = make_schedule(k.flat, tuple(chosen), hw)
+        vec = (f"{s.vec} lanes along {names[s.vec_index]}"
+               + (" (a reduction index: lanes are summed at the end)" if s.dot else "")
+               if s.vec_index is not None else "scalar")
+        thr = ", ".join(f"{names[i]} {s.threads[i]}" for i in k.flat.out_indices)
+        out.append("")
+        out.append(f"Generated kernel: {s.wg_threads} work-items per group ({thr}); "
+                   f"{len(_points(s))} accumulators per work-item; vectors: {vec}; staging: "
+                   + ("local memory" if any(x is not None for x in s.staged) else
+                      "none (inputs read through the cache)"))
+        out.append("")
+    if cost_log:
+        write_log(logs, cost_log)
+        out.append(f"cost log written to {cost_log}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _rewrites(program, op) -> list[str]:
+    """The index tables before and after reduce and defract, when the statement needed them."""
+    from ..plan.defract import describe_steps, rewrite
+
+    original = program.producer(op.output)
+    if original.no_defract:
+        return ["no_defract: the reduce and defract rewrites are off", ""]
+    steps = rewrite(original, program.tensors, source=program.source)
+    if not steps:
+        return []
+    return ["Rewrites before flattening:", describe_steps(original, steps, program.tensors), ""]
+
+
+def _points(s) -> list:
+    n = 1
+    for k in s.flat.out_indices:
+        n *= s.acc_counts()[k]
+    return [0] * n
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .main import _shapes
+    from .run import parse_tiles
+
+    src = read_source(args.file)
+    text = explain(src, _shapes(args, src), args.dtype, args.hw, args.device,
+                   parse_tiles(args.tile), args.top, args.cost_log)
+    print(text, end="")
+    return 0
+
+
+def register(sub, common) -> None:
+    sp = sub.add_parser("explain", help="show the flat table, the tile search and the layout")
+    common(sp)
+    sp.add_argument("--hw", default="auto", help="hardware model name or .toml, or 'auto'")
+    sp.add_argument("--device", help="device for --hw auto")
+    sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
+                    help="score exactly this tile instead of searching")
+    sp.add_argument("--top", type=int, default=5, help="cost-log entries to show")
+    sp.add_argument("--cost-log", help="write the cost log (text, or JSON lines for .jsonl)")
+    sp.set_defaults(fn=cmd_explain)
+
+
+__all__ = ["explain", "register"]

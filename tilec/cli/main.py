@@ -1,0 +1,147 @@
+"""`tilec` command line: check, eval, explain, compile, run, devices, tune, cache."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import Source, TileError
+from ..lang.source import default_shapes, parse_shape, read_source
+
+
+def cache_settings() -> dict[str, Path]:
+    """Config fields from the environment.  The one place tilec reads TILEC_CACHE_DIR: library
+    stages get it through `Config.cache_dir`."""
+    root = os.environ.get("TILEC_CACHE_DIR")
+    return {"cache_dir": Path(root).expanduser()} if root else {}
+
+
+def _shapes(args: argparse.Namespace, source: Source) -> dict[str, tuple[int, ...]]:
+    given = dict(parse_shape(s) for s in (args.shape or []))
+    return given if given else default_shapes(source)
+
+
+def _load_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name:
+            raise TileError(f"--input: expected NAME=FILE.npy, got {spec!r}")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise TileError(f"--input {name}: cannot load {path!r} as a .npy array ({e})") \
+                from None
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ..lang.api import check_program
+
+    src = read_source(args.file)
+    program = check_program(src, _shapes(args, src), args.dtype)
+    for name, t in program.tensors.items():
+        role = ("input" if name in program.inputs else
+                "output" if name in program.outputs else "temporary")
+        dims = "x".join(str(d) for d in t.shape) or "scalar"
+        print(f"{name:>12}  {dims:<24} {t.dtype:<8} {role}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ..lang.api import check_program, parse
+    from ..lang.check import normalize_dtype
+    from ..lang.reference import evaluate_program
+
+    src = read_source(args.file)
+    arrays = _load_inputs(args.input or [])
+    # Inputs given as arrays keep their shapes and element types (as `tilec.evaluate` does);
+    # the others take --shape (or the `// shapes:` comment) and --dtype.
+    shapes = {**_shapes(args, src), **{k: a.shape for k, a in arrays.items()}}
+    fn = parse(src)
+    dtypes = {i.name: normalize_dtype(arrays[i.name].dtype, f"--input {i.name}")
+              if i.name in arrays else args.dtype for i in fn.inputs}
+    program = check_program(fn, shapes, dtypes)
+    rng = np.random.default_rng(args.seed)
+    for name in program.inputs:
+        if name not in arrays:
+            t = program.tensors[name]
+            arrays[name] = random_array(rng, t.shape, t.dtype)
+    outs = evaluate_program(program, arrays)
+    save = Path(args.save) if args.save else None
+    if save:
+        save.mkdir(parents=True, exist_ok=True)
+    for name, arr in outs.items():
+        print(f"{name}: shape {list(arr.shape)} {arr.dtype} mean {float(np.mean(arr)):.6g} "
+              f"min {float(np.min(arr)):.6g} max {float(np.max(arr)):.6g}")
+        if save:
+            np.save(save / f"{name}.npy", arr)
+    return 0
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random test data: never zeros, never all-equal."""
+    if dtype == "int32":
+        return rng.integers(-8, 9, size=shape).astype(np.int32)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tilec", description="Compile Tile programs to OpenCL.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("file", help="a .tile program")
+        sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",
+                        help="an input's shape (default: the file's `// shapes:` comment)")
+        sp.add_argument("--dtype", default="float32", help="element type of the inputs")
+
+    sp = sub.add_parser("check", help="check a program and print every tensor's shape")
+    common(sp)
+    sp.set_defaults(fn=cmd_check)
+
+    sp = sub.add_parser("eval", help="evaluate a program with the numpy reference")
+    common(sp)
+    sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    sp.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
+    sp.add_argument("--seed", type=int, default=0, help="seed for inputs not given")
+    sp.set_defaults(fn=cmd_eval)
+
+    for register in _extra_commands():
+        register(sub, common)
+    return p
+
+
+def _extra_commands() -> list:
+    from . import bench as cli_bench
+    from . import cache as cli_cache
+    from . import explain as cli_explain
+    from . import graph as cli_graph
+    from . import run as cli_run
+    from . import tune as cli_tune
+
+    return [cli_run.register, cli_explain.register, cli_cache.register, cli_tune.register,
+            cli_graph.register, cli_bench.register]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except TileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

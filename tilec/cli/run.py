@@ -1,0 +1,216 @@
+"""`tilec compile`, `tilec run` and `tilec devices`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..config import Config
+from ..errors import TileError
+from ..lang.source import read_source
+
+
+def parse_tiles(specs: list[str] | None) -> dict[str, dict[str, int]]:
+    """`--tile ci=8,co=32` (every contraction) or `--tile O:ci=8,co=32` (the one writing O)."""
+    out: dict[str, dict[str, int]] = {}
+    for spec in specs or []:
+        target, sep, body = spec.rpartition(":")
+        target = target if sep else "*"
+        sizes = {}
+        for item in body.split(","):
+            name, eq, val = item.partition("=")
+            if not eq or not val.strip().isdigit() or int(val) <= 0:
+                raise TileError(f"--tile: expected INDEX=SIZE[,INDEX=SIZE...], got {item!r}")
+            sizes[name.strip()] = int(val)
+        out[target] = sizes
+    return out
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    from .main import cache_settings
+
+    tiles = parse_tiles(getattr(args, "tile", None))
+    records = getattr(args, "records", None)
+    return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
+                  tiles=tiles, **cache_settings(),
+                  records_path=Path(records) if records else None,
+                  use_tuning_records=not getattr(args, "no_records", False))
+
+
+def add_device_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--device", help="substring of 'platform: device' (default: a GPU if "
+                    "there is one, else the CPU)")
+    sp.add_argument("--hw", help="hardware model: a shipped name, a .toml path, or 'auto' "
+                    "(derived from the device; the default)")
+    sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
+                    help="force a tile instead of searching")
+    sp.add_argument("--records", metavar="FILE.jsonl", help="tuning records to use (default: "
+                    "tuning.jsonl in the cache directory)")
+    sp.add_argument("--no-records", action="store_true",
+                    help="ignore tuning records: use the cost model's choices")
+
+
+def _compile(args: argparse.Namespace, src):
+    from ..compiler import compile as tile_compile
+    from .main import _shapes
+
+    return tile_compile(src, _shapes(args, src), dtype=args.dtype, config=make_config(args))
+
+
+def manifest(exe) -> dict:
+    p = exe.program
+    buffers = []
+    for name in exe.plan.buffers():
+        t = p.tensors[name]
+        role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
+        buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
+                        "bytes": exe.specs[name].nbytes})
+    kernels = []
+    for s in exe.sources:
+        kernels.append({
+            "name": s.name, "kind": s.kind, "global_size": [s.global_size],
+            "local_size": None if s.local_size is None else [s.local_size],
+            "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
+                      else "write", "dtype": a.dtype, "elements": a.elems}
+                     for i, a in enumerate(s.args)],
+            "tile": s.tile, "flops": s.flops,
+        })
+    info = exe.runtime.info
+    return {"version": 1, "tilec": __version__, "inputs": list(p.inputs),
+            "outputs": list(p.outputs), "buffers": buffers, "kernels": kernels,
+            "build_options": list(exe.config.build_options),
+            "device": {"platform": info.platform, "name": info.name, "driver": info.driver},
+            "hw_model": exe.hw.name}
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    src = read_source(args.file)
+    exe = _compile(args, src)
+    out = Path(args.output) if args.output else Path(args.file).with_suffix(".cl")
+    out.write_text(exe.source)
+    print(f"wrote {out} ({len(exe.sources)} kernel{'s' if len(exe.sources) != 1 else ''})")
+    if args.manifest:
+        Path(args.manifest).write_text(json.dumps(manifest(exe), indent=2) + "\n")
+        print(f"wrote {args.manifest}")
+    if args.bundle:
+        from ..bundle import write_bundle
+
+        info = write_bundle(exe, args.bundle)
+        print(f"wrote {args.bundle} ({info})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .main import _load_inputs, random_array
+
+    arrays = _load_inputs(args.input or [])
+    if str(args.file).endswith(".tlc"):
+        exe = _open_bundle(args)
+        model = f"bundle {args.file} (" + ("its device binary" if exe.from_binary else
+                                          f"built from source: {exe.fallback_reason}") + ")"
+    else:
+        src = read_source(args.file)
+        if arrays and not args.shape:
+            args.shape = [f"{k}={'x'.join(map(str, a.shape))}" for k, a in arrays.items()]
+        exe = _compile(args, src)
+        model = f"hardware model: {exe.hw.name}"
+    rng = np.random.default_rng(args.seed)
+    for name in exe.program.inputs:
+        if name not in arrays:
+            t = exe.program.tensors[name]
+            arrays[name] = random_array(rng, t.shape, t.dtype)
+    outs = exe.run(arrays, repeat=args.repeat, poison=args.validate)
+    info = exe.runtime.info
+    print(f"device: {info.label} ({info.platform_version}); {model}")
+    total = 0.0
+    for k in exe.kernels:
+        t = exe.last_timings.get(k.name, 0.0)
+        total += t
+        rate = f"{k.flops / t * 1e-9:10.2f} GFLOP/s" if t > 0 and k.flops else ""
+        tile = " ".join(f"{n}={v}" for n, v in k.tile.items())
+        tuned = "  (tuned)" if k.name in exe.tuned else ""
+        print(f"  {k.name:<24} {t * 1e3:10.3f} ms {rate}  {tile}{tuned}")
+    print(f"  {'total':<24} {total * 1e3:10.3f} ms (median of {args.repeat})")
+    if args.validate:
+        v = exe.check(exe._inputs(arrays), outs)
+        status = "ok" if v.ok else "MISMATCH"
+        print(f"validation: {status}: max abs error {v.max_abs_error:.3g}, max rel error "
+              f"{v.max_rel_error:.3g}" + (f"; {v.worst}" if not v.ok else ""))
+        if not v.ok:
+            return 2
+    if args.save:
+        d = Path(args.save)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, arr in outs.items():
+            np.save(d / f"{name}.npy", arr)
+    return 0
+
+
+def _open_bundle(args: argparse.Namespace):
+    """A bundle (`tilec compile --bundle`) runs as it was compiled: its shapes, tiles and
+    tuning are in it, so the options that would change them are refused, not ignored."""
+    import warnings
+
+    from ..bundle import BundleWarning, load
+
+    given = [f"--{o.replace('_', '-')}" for o in ("shape", "hw", "tile", "records")
+             if getattr(args, o, None)]
+    given += ["--no-records"] if getattr(args, "no_records", False) else []
+    given += ["--dtype"] if getattr(args, "dtype", "float32") != "float32" else []
+    if given:
+        raise TileError(f"{args.file}: {', '.join(given)} cannot change a bundle: it runs "
+                        "with the shapes, types, tiles and tuning it was compiled with "
+                        "(compile the .tile program again to change them)")
+    with warnings.catch_warnings():
+        # The fallback to source is reported on the device line instead.
+        warnings.simplefilter("ignore", BundleWarning)
+        return load(args.file, device=args.device)
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from ..plan.hw import HwModel
+    from ..runtime.device import PROBE_WIDTHS, all_devices, describe, probe_result
+
+    for d in all_devices():
+        info = describe(d)
+        probed = probe_result(d)
+        limit = probed.vector_limit if probed.problem is None else None
+        print(f"{info.label}  [{info.kind}, {info.version}, driver {info.driver}]"
+              + (f"  UNUSABLE: {probed.problem}" if probed.problem else "")
+              + (f"  (float vectors wider than {limit} compute wrongly: capped)"
+                 if limit and limit < PROBE_WIDTHS[0] else ""))
+        print(f"  platform: {info.platform_version}")
+        try:
+            print("  " + HwModel.from_device(d, max_vec=limit).describe().replace("\n", "\n  "))
+        except TileError as e:
+            print(f"  no hardware model: {e}")
+    return 0
+
+
+def register(sub, common) -> None:
+    sp = sub.add_parser("compile", help="compile a program to OpenCL C")
+    common(sp)
+    add_device_options(sp)
+    sp.add_argument("-o", "--output", help="the .cl file to write (default: FILE.cl)")
+    sp.add_argument("--manifest", help="also write a JSON manifest of kernels and buffers")
+    sp.add_argument("--bundle", metavar="OUT.tlc", help="also write one file with the "
+                    "kernels, the device binary and the tuning records (tilec.load runs it)")
+    sp.set_defaults(fn=cmd_compile)
+
+    sp = sub.add_parser("run", help="compile, run and time a program (or run a .tlc bundle) "
+                        "on a device")
+    common(sp)
+    add_device_options(sp)
+    sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    sp.add_argument("--validate", action="store_true", help="compare with the numpy reference")
+    sp.add_argument("--repeat", type=int, default=5, help="runs to time (median reported)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
+    sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("devices", help="list OpenCL devices and their derived models")
+    sp.set_defaults(fn=cmd_devices)

@@ -1,0 +1,137 @@
+"""OpenCL C text for elementwise expressions, loads and stores of every element type.
+
+Values are computed in `float` for float16/float32, in `int` for int32 and bool (0 or 1);
+float16 is only ever touched through vload_half/vstore_half, which need no extension."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..lang import ir
+
+# Storage type in buffers, and the type values are computed in.
+STORAGE = {"float32": "float", "float16": "half", "int32": "int", "bool": "uchar"}
+COMPUTE = {"float32": "float", "float16": "float", "int32": "int", "bool": "int"}
+
+
+def literal(value: int | float, dtype: str) -> str:
+    if COMPUTE[dtype] == "float":
+        text = repr(float(value))
+        if "inf" in text or "nan" in text:
+            return {"inf": "INFINITY", "-inf": "(-INFINITY)"}.get(text, "NAN")
+        return text + "f"
+    return str(int(value))
+
+
+def identity(agg: str, dtype: str) -> str:
+    """The start value of an aggregation."""
+    c = COMPUTE[dtype]
+    if agg == ">":
+        return "(-INFINITY)" if c == "float" else "INT_MIN"
+    if agg == "<":
+        return "INFINITY" if c == "float" else "INT_MAX"
+    if agg == "*":
+        return literal(1, dtype)
+    return literal(0, dtype)
+
+
+def load(buf: str, offset: str, dtype: str, width: int = 1) -> str:
+    """A value (or a vector of `width` consecutive values) converted to its compute type."""
+    c = COMPUTE[dtype]
+    if width == 1:
+        if dtype == "float16":
+            return f"vload_half({offset}, {buf})"
+        if dtype == "bool":
+            return f"(int){buf}[{offset}]"
+        return f"{buf}[{offset}]"
+    if dtype == "float16":
+        return f"vload_half{width}(0, {buf} + ({offset}))"
+    if dtype == "bool":
+        return f"convert_{c}{width}(vload{width}(0, {buf} + ({offset})))"
+    return f"vload{width}(0, {buf} + ({offset}))"
+
+
+def store(buf: str, offset: str, value: str, dtype: str, width: int = 1) -> str:
+    if width == 1:
+        if dtype == "float16":
+            return f"vstore_half({value}, {offset}, {buf});"
+        if dtype == "bool":
+            return f"{buf}[{offset}] = (uchar)(({value}) != 0);"
+        return f"{buf}[{offset}] = {value};"
+    if dtype == "float16":
+        return f"vstore_half{width}({value}, 0, {buf} + ({offset}));"
+    if dtype == "bool":
+        return f"vstore{width}(convert_uchar{width}(({value}) != 0) & (uchar)1, 0, " \
+               f"{buf} + ({offset}));"
+    return f"vstore{width}({value}, 0, {buf} + ({offset}));"
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+          "gt": ">", "le": "<=", "ge": ">=", "and": "&&", "or": "||", "bitand": "&",
+          "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _cast(text: str, frm: str, to: str) -> str:
+    return text if COMPUTE[frm] == COMPUTE[to] else f"(({COMPUTE[to]})({text}))"
+
+
+def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None = None) -> str:
+    """Scalar OpenCL C for `e`; `ref(name)` gives the text of a tensor's value at the element."""
+
+    def walk(x: ir.Expr) -> tuple[str, str]:
+        if isinstance(x, ir.Const):
+            return literal(x.value, x.dtype), x.dtype
+        if isinstance(x, ir.Ref):
+            return ref(x.name), x.dtype
+        args = [walk(a) for a in x.args]
+        dt = x.dtype
+        c = COMPUTE[dt]
+        if x.op == "select":
+            (cond, _), (a, ta), (b, tb) = args
+            return f"(({cond}) ? {_cast(a, ta, dt)} : {_cast(b, tb, dt)})", dt
+        if x.op in _INFIX:
+            (a, ta), (b, tb) = args
+            if x.op in ("and", "or", "eq", "ne", "lt", "gt", "le", "ge"):
+                common = ir.promote(ta, tb)
+                return f"({_cast(a, ta, common)} {_INFIX[x.op]} {_cast(b, tb, common)})", dt
+            if x.op in ("shl", "shr"):
+                return f"({_cast(a, ta, dt)} {_INFIX[x.op]} ({_cast(b, tb, dt)} & 31))", dt
+            if x.op == "div" and c == "int":
+                # Fix (differential): C leaves x / 0 and INT_MIN / -1 undefined (PoCL returned
+                # garbage, x86 can trap); the reference defines them as 0 and a wrap-around.
+                a, b = _cast(a, ta, dt), _cast(b, tb, dt)
+                return (f"(({b}) == 0 ? 0 : ({b}) == -1 ? (int)(0u - (uint)({a})) "
+                        f": ({a}) / ({b}))"), dt
+            return f"({_cast(a, ta, dt)} {_INFIX[x.op]} {_cast(b, tb, dt)})", dt
+        if x.op == "neg":
+            (a, ta), = args
+            return f"(-{_cast(a, ta, dt)})", dt
+        if x.op == "not":
+            (a, _), = args
+            return f"(!({a}))", dt
+        if x.op == "bitnot":
+            (a, ta), = args
+            return f"(~{_cast(a, ta, dt)})", dt
+        if x.op in ("as_float", "as_int"):
+            (a, ta), _ = args
+            return _cast(a, ta, dt), dt
+        conv = [_cast(a, ta, dt) for a, ta in args]
+        if x.op in ("exp", "log", "sqrt", "tanh", "floor", "ceil"):
+            if c == "int":
+                return conv[0], dt
+            return f"{x.op}({conv[0]})", dt
+        if x.op == "sigmoid":
+            return f"(1.0f / (1.0f + exp(-{conv[0]})))", dt
+        if x.op == "abs":
+            return (f"fabs({conv[0]})" if c == "float" else f"((int)abs({conv[0]}))"), dt
+        if x.op == "relu":
+            return (f"fmax({conv[0]}, 0.0f)" if c == "float" else f"max({conv[0]}, 0)"), dt
+        if x.op in ("min", "max"):
+            fn = ("f" + x.op) if c == "float" else x.op
+            return f"{fn}({conv[0]}, {conv[1]})", dt
+        if x.op == "pow":
+            return f"pow({conv[0]}, {conv[1]})", dt
+        raise ValueError(f"no OpenCL form for {x.op}")
+
+    text, _ = walk(e)
+    return text

@@ -1,0 +1,544 @@
+"""Render OpenCL C from a `Schedule` (contractions with their post-ops) or a run of elementwise
+statements.  Python decides every expression here; the templates only lay the text out."""
+
+from __future__ import annotations
+
+import itertools
+
+from ..lang import ir
+from ..plan.flat import FlatContraction
+from ..plan.flatten import operand_strides
+from ..plan.fuse import ContractionKernel
+from ..plan.schedule import Schedule, constrained
+from . import clexpr
+from .copy import copy_width, vector_copy
+from .kernel_text import (
+    LANES,
+    KernelArg,
+    KernelSource,
+    _lin,
+    _vec,
+    arg_decl,
+    buf,
+    check_int_offsets,
+    prod,
+    template_env,
+)
+from .split import Split, agg_pair
+
+__all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
+           "contraction_source", "prod", "template_env"]
+
+# ---------------------------------------------------------------------------------------------
+# Contractions
+
+class _Contraction:
+    def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
+                 cost_lines: list[str]):
+        self.kernel = kernel
+        self.sched = sched
+        self.flat: FlatContraction = sched.flat
+        self.program = program
+        self.cost_lines = cost_lines
+        f = self.flat
+        self.names = [f"i_{n}" for n in f.names]
+        self.out_idx = list(f.out_indices)
+        self.red_idx = list(f.reduce_indices)
+        self.counts = sched.counts()
+        self.acc = sched.acc_counts()
+        out_t = program.tensors[kernel.op.output]
+        self.dtype = out_t.dtype
+        self.ctype = clexpr.COMPUTE[self.dtype]
+        self.W = sched.vec
+        self.v = sched.vec_index
+        self.points = list(itertools.product(*[range(self.acc[k]) for k in self.out_idx]))
+        self.cons_kind = []  # per constraint: "red", "out" or "mixed"
+        for c in f.constraints:
+            used = {k for k, x in enumerate(c.coeffs) if x}
+            self.cons_kind.append("red" if used <= set(self.red_idx) else
+                                  "out" if used <= set(self.out_idx) else "mixed")
+        self.need_hit = (not f.output_covered) and (f.agg != "+" or kernel.op.default
+                                                    is not None)
+        self.split = Split(self) if sched.split > 1 else None
+
+    # positions -----------------------------------------------------------------------------
+    def pos(self, k: int, a: int) -> str:
+        """Absolute flat index k of accumulator point a along k."""
+        return f"p_{self.flat.names[k]}_{a}"
+
+    def point_env(self, c: tuple[int, ...]) -> dict[int, str]:
+        env = {k: self.pos(k, a) for k, a in zip(self.out_idx, c, strict=True)}
+        env.update({k: self.names[k] for k in self.red_idx})
+        return env
+
+    def rel(self, k: int, a: int, raw: bool = False) -> str:
+        return f"{'w' if raw else 'q'}_{self.flat.names[k]}_{a}"
+
+    # offsets and loads -----------------------------------------------------------------------
+    def offset_bounds(self, strides: tuple[int, ...], off: int) -> tuple[int, int]:
+        """Extreme offsets over every position the kernel forms, partial tiles included."""
+        lo = hi = off
+        for k, s in enumerate(strides):
+            top = self.counts[k] * self.sched.tile[k] - 1
+            lo += min(0, s * top)
+            hi += max(0, s * top)
+        return lo, hi
+
+    def guarded(self, t_index: int, expr: str, width: int) -> str:
+        t = self.flat.tensors[t_index]
+        lo, hi = self.offset_bounds(t.strides, t.offset)
+        hi += width - 1
+        if lo >= 0 and hi < t.size:
+            return expr
+        return f"clamp({expr}, 0, {t.size - width})"
+
+    def input_value(self, i: int, c: tuple[int, ...]) -> str:
+        """Text of input i at accumulator point c (vector of W lanes where vectorised)."""
+        t = self.flat.inputs[i]
+        st = self.sched.staged[i] if self.sched.staged else None
+        env = self.point_env(c)
+        W, v = self.W, self.v
+        ctype = clexpr.COMPUTE[t.dtype]
+        if st is not None:
+            terms = []
+            for k in range(len(self.names)):
+                ls = st.local_strides[k]
+                if ls == 0:
+                    continue
+                var = self.rel(k, c[self.out_idx.index(k)]) if k in self.out_idx \
+                    else f"u_{self.flat.names[k]}"
+                terms.append((ls, var))
+            off = _lin(terms, st.local_base)
+            name = f"s_{i}"
+            step = st.local_strides[v] if v is not None else 0
+            if W == 1 or v is None or t.strides[v] == 0:
+                val = f"{name}[{off}]"
+                return val if W == 1 else f"(({ctype}{W})({val}))"
+            if step == 1:
+                if st.local_base % W == 0 and all(
+                        ls % W == 0 for k, ls in enumerate(st.local_strides) if k != v):
+                    # Every vector starts on a multiple of W (the layout is widened for it,
+                    # the thread's lane offset and the loop step are multiples of W), and
+                    # the buffer is aligned to a vector: one aligned local read.
+                    return f"*((__local const {ctype}{W}*)({name} + ({off})))"
+                return f"vload{W}(0, {name} + ({off}))"
+            lanes = ", ".join(f"{name}[{off} + {j * step}]" for j in range(W))
+            return f"(({ctype}{W})({lanes}))"
+        terms = [(t.strides[k], env[k]) for k in range(len(self.names))]
+        off = _lin(terms, t.offset)
+        if W == 1 or v is None or t.strides[v] == 0:
+            val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1), t.dtype)
+            return val if W == 1 else f"(({ctype}{W})({val}))"
+        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W)
+
+    def constraint_text(self, ci: int, env: dict[int, str]) -> str:
+        c = self.flat.constraints[ci]
+        return f"({_lin([(x, env[k]) for k, x in enumerate(c.coeffs) if x])} <= {c.rhs})"
+
+    # pieces ----------------------------------------------------------------------------------
+    def prologue(self) -> list[str]:
+        f, s = self.flat, self.sched
+        out = ["int grp = get_group_id(0);"]
+        for k in self.out_idx:
+            n = f.names[k]
+            out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
+                       f" grp /= {self.counts[k]};")
+        out.append("int thr = get_local_id(0);")
+        if self.split and self.split.rank_first:
+            out.append(self.split.rank_line())
+        # Neighbouring threads take neighbouring elements of the output's lowest-stride index:
+        # their stores coalesce and their vector reads of local memory are conflict-free.
+        for k in sorted(self.out_idx, key=lambda k: abs(f.output.strides[k])):
+            n = f.names[k]
+            out.append(f"const int h_{n} = thr % {s.threads[k]}; thr /= {s.threads[k]};")
+        if self.split and not self.split.rank_first:
+            out.append(self.split.rank_line())
+        for k in self.out_idx:
+            n = f.names[k]
+            lanes = self.W if k == self.v else 1
+            for a in range(self.acc[k]):
+                rel = f"(h_{n} + {a * s.threads[k]})" if a else f"h_{n}"
+                rel = f"{rel} * {lanes}" if lanes > 1 else rel
+                if s.ragged(k):
+                    # Past the tile's end: redo its last point (in bounds, never stored).
+                    out.append(f"const int {self.rel(k, a, raw=True)} = {rel};")
+                    rel = f"min({self.rel(k, a, raw=True)}, {s.tile[k] - lanes})"
+                out.append(f"const int {self.rel(k, a)} = {rel};")
+                out.append(f"const int {self.pos(k, a)} = o_{n} + {self.rel(k, a)};")
+        return out
+
+    def acc_type(self) -> str:
+        return _vec(self.ctype, self.W)
+
+    def accumulators(self) -> list[str]:
+        init = clexpr.identity(self.flat.agg, self.dtype)
+        if self.W > 1:
+            init = f"(({self.acc_type()})({init}))"
+        out = [f"{self.acc_type()} a_{j} = {init};" for j in range(len(self.points))]
+        if self.need_hit:
+            out += [f"int hit_{j} = 0;" for j in range(len(self.points))]
+        return out
+
+    def loops(self) -> tuple[list[dict], list[dict]]:
+        f, s = self.flat, self.sched
+        outer, inner = [], []
+        for k in self.red_idx:
+            n = f.names[k]
+            if self.counts[k] > 1:
+                outer.append({"var": f"r_{n}", "end": f.ranges[k], "step": s.tile[k]})
+        # Constrained indices outermost and the vector index innermost, so that masks are
+        # loop-invariant in the innermost loop and its body is only loads and FMAs.
+        blocked = constrained(f)
+        for k in sorted(self.red_idx, key=lambda k: (k == self.v, k not in blocked, k)):
+            n = f.names[k]
+            step = self.W if k == self.v else 1
+            loop = {"var": f"u_{n}", "start": 0, "end": s.tile[k], "step": step,
+                    "unroll": s.tile[k] // step <= 8}
+            inner.append(self.split.loop(loop) if self.split and k == s.split_index else loop)
+        return outer, inner
+
+    def staging(self) -> tuple[list[str], list[dict], list[str]]:
+        """Local buffers, the copy blocks run per reduction tile, and prologue lines.
+
+        Which elements a thread copies does not change between reduction tiles, so when each
+        thread copies a few elements their coordinates are computed once, in the prologue;
+        the copy itself is then one add, one bounds test and one load per element."""
+        if not self.sched.staged or all(x is None for x in self.sched.staged):
+            return [], [], []
+        f = self.flat
+        T = self.sched.wg_threads
+        bufs, blocks, pre = [], [], []
+        for st in self.sched.staged:
+            if st is None:  # read through the cache (see `make_schedule`'s split)
+                continue
+            i = st.input
+            t = f.inputs[i]
+            base_terms = [(t.strides[k], f"o_{f.names[k]}") for k in self.out_idx]
+            base_terms += [(t.strides[k], self.red_var(k)) for k in self.red_idx]
+            zero = sum(z * gs for _, gs, _, z in st.merged)
+            elems = prod(m[0] for m in st.merged)
+            load = clexpr.load(buf(t.name), "g", t.dtype)
+            fill = clexpr.literal(0, t.dtype)
+            # Tiles that never reach past the tensor's ends copy without a bounds test.
+            lo, hi = self.offset_bounds(t.strides, t.offset)
+            safe = lo >= 0 and hi < t.size and all(
+                self.counts[k] * self.sched.tile[k] == f.ranges[k] for k in range(len(f.names)))
+            store = (f"s_{i}[{{l}}] = {load};" if safe else
+                     f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
+            vw = copy_width(st, t, safe, self.W, self.sched.tile)
+            per = -(-elems // (T * vw))
+            align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
+            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}] "
+                        f"__attribute__((aligned({align})))")
+            dims = " x ".join(str(m[0]) for m in st.merged)
+            comment = f"stage {t.name}: {dims} (padded to {st.elems})"
+            base = f"const int sb{i} = {_lin(base_terms, t.offset - zero)};"
+            if per <= 16:
+                body = [base]
+                units = elems // vw  # vectors (or elements) to copy
+                for q in range(per):
+                    e = f"se{i}_{q}"
+                    pre.append(f"const int {e} = get_local_id(0) + {q * T};")
+                    g_terms, l_terms, step = [], [], 1
+                    for j, (rng, gs, ls, _) in enumerate(st.merged):
+                        r = rng // vw if j == 0 else rng
+                        c = f"(({e} / {step}) % {r})" if step > 1 else f"({e} % {r})"
+                        if j == 0 and vw > 1:
+                            c = f"{vw} * {c}"
+                        g_terms.append((gs, c))
+                        l_terms.append((ls, c))
+                        step *= r
+                    pre.append(f"const int sg{i}_{q} = {_lin(g_terms)};")
+                    pre.append(f"const int sl{i}_{q} = {_lin(l_terms)};")
+                    if vw > 1:
+                        copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
+                            + vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
+                    else:
+                        copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
+                            + store.format(l=f"sl{i}_{q}") + " }"
+                    if (q + 1) * T > units:
+                        copy = f"if ({e} < {units}) " + copy
+                    body.append(copy)
+                blocks.append({"comment": comment, "loop": False, "body": body})
+                continue
+            body = ["int rest = e;"]
+            g_terms, l_terms = [], []
+            for m, (rng, gs, ls, _) in enumerate(st.merged):
+                last = m == len(st.merged) - 1
+                body.append(f"const int c{m} = rest" + ("" if last else f" % {rng}") + ";")
+                if not last:
+                    body.append(f"rest /= {rng};")
+                g_terms.append((gs, f"c{m}"))
+                l_terms.append((ls, f"c{m}"))
+            body.append(f"const int g = sb{i} + {_lin(g_terms)};")
+            body.append(store.format(l=_lin(l_terms)))
+            blocks.append({"comment": comment, "loop": True, "elems": elems, "body": body,
+                           "pre": [base]})
+        return bufs, blocks, pre
+
+    def red_var(self, k: int) -> str:
+        n = self.flat.names[k]
+        return f"r_{n}" if self.counts[k] > 1 else "0"
+
+    def body(self) -> list[str]:
+        f = self.flat
+        out = []
+        for k in self.red_idx:
+            n = f.names[k]
+            out.append(f"const int i_{n} = {self.red_var(k)} + u_{n};")
+        for k in self.red_idx:
+            if f.ranges[k] % self.sched.tile[k]:
+                out.append(f"if (i_{f.names[k]} >= {f.ranges[k]}) break;")
+        red_env = {k: self.names[k] for k in self.red_idx}
+        for ci, kind in enumerate(self.cons_kind):
+            if kind == "red":
+                out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
+        # A padding constraint of a sum of products can zero the operand it guards instead of
+        # guarding every update: one select per load, and branch-free FMAs.
+        mixed = [ci for ci, kind in enumerate(self.cons_kind) if kind == "mixed"]
+        masked = self.masked_loads(mixed)
+        # One load per distinct value: inputs that ignore an output index share it.
+        loads: dict[tuple[int, tuple], str] = {}
+        for c in self.points:
+            for i, t in enumerate(f.inputs):
+                key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
+                                if t.strides[k] != 0))
+                if key not in loads:
+                    var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
+                    loads[key] = var
+                    ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
+                    value = self.input_value(i, c)
+                    guards = [self.constraint_text(ci, self.point_env(c))
+                              for ci in masked.get(i, ())]
+                    if guards:
+                        # select() on a lane mask keeps the load unconditional (its address is
+                        # clamped in bounds) where `c ? load : 0` would become a branch.
+                        cond = " && ".join(guards)
+                        if self.W > 1:
+                            itype = _vec("int", self.W)
+                            value = f"select(({ty})(0), {value}, ({itype})(-(int)({cond})))"
+                        else:
+                            value = f"(({cond}) ? {value} : ({ty})(0))"
+                    out.append(f"const {ty} {var} = {value};")
+        for j, c in enumerate(self.points):
+            vals = []
+            for i, t in enumerate(f.inputs):
+                key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
+                                if t.strides[k] != 0))
+                vals.append(loads[key])
+            env = self.point_env(c)
+            conds = [self.constraint_text(ci, env) for ci in mixed
+                     if not any(ci in cs for cs in masked.values())]
+            update = self.update(f"a_{j}", vals)
+            hit = f" hit_{j} = 1;" if self.need_hit else ""
+            if conds:
+                out.append(f"if ({' && '.join(conds)}) {{ {update}{hit} }}")
+            else:
+                out.append(update + hit)
+        return out
+
+    def masked_loads(self, mixed: list[int]) -> dict[int, tuple[int, ...]]:
+        """Constraints to apply by zeroing an input's loaded value (input -> constraints).
+        Only for a sum of products without hit flags, and only when the input's value already
+        depends on every output index the constraint mentions."""
+        f = self.flat
+        if not mixed or f.agg != "+" or f.comb != "*" or self.need_hit:
+            return {}
+        out: dict[int, list[int]] = {}
+        for ci in mixed:
+            used = {k for k, x in enumerate(f.constraints[ci].coeffs) if x and k in self.out_idx}
+            for i, t in enumerate(f.inputs):
+                if all(t.strides[k] != 0 for k in used):
+                    out.setdefault(i, []).append(ci)
+                    break
+            else:
+                return {}
+        return {i: tuple(cs) for i, cs in out.items()}
+
+    def update(self, acc: str, vals: list[str]) -> str:
+        f = self.flat
+        ty = self.acc_type()
+        is_float = self.ctype == "float"
+        if f.comb == "*" and f.agg == "+" and is_float:
+            return f"{acc} = fma({vals[0]}, {vals[1]}, {acc});"
+        if f.comb is None:
+            val = vals[0]
+        elif f.comb in ("*", "+"):
+            val = f"({vals[0]} {f.comb} {vals[1]})"
+        else:
+            cond = f"({vals[0]} == {vals[1]})"
+            then = vals[2] if f.comb == "?" else (f"(({ty})(1))" if self.W > 1 else "1")
+            if self.W > 1:
+                itype = _vec("int", self.W)
+                val = f"select(({ty})(0), {then}, ({itype}){cond})"
+            else:
+                val = f"({cond} ? {then} : 0)"
+        if f.agg == "+":
+            return f"{acc} += {val};"
+        if f.agg == "*":
+            return f"{acc} *= {val};"
+        if f.agg in (">", "<"):
+            fn = ("fmax" if f.agg == ">" else "fmin") if is_float else \
+                ("max" if f.agg == ">" else "min")
+            return f"{acc} = {fn}({acc}, {val});"
+        return f"{acc} = {val};"
+
+    def horizontal(self, acc: str) -> str:
+        """Fold the lanes of a dot-mode accumulator with the aggregation."""
+        parts = [f"{acc}.s{LANES[j]}" for j in range(self.W)]
+        while len(parts) > 1:
+            parts = [agg_pair(self.flat.agg, self.ctype, a, b)
+                     for a, b in zip(parts[::2], parts[1::2], strict=True)]
+        return parts[0]
+
+    def epilogue(self) -> list[str]:
+        f, k_ = self.flat, self.kernel
+        out_t = f.output
+        out = []
+        vec_out = self.W > 1 and not self.sched.dot
+        lanes = range(self.W) if vec_out else [None]
+        partial = [k for k in self.out_idx
+                   if self.counts[k] * self.sched.tile[k] > f.ranges[k]]
+        for j, c in enumerate(self.points):
+            env = self.point_env(c)
+            conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
+            conds += [f"{self.rel(k, a, raw=True)} < {self.sched.tile[k]}"
+                      for k, a in zip(self.out_idx, c, strict=True) if self.sched.ragged(k)]
+            # Fix (differential): where every element is one point of the box ("bijective"),
+            # an element that a constraint on output indices excludes has no other writer, so
+            # `finish` writes it the empty value; guarding its store left poison there.  Where
+            # an init kernel has written those values, an excluded point may alias another
+            # element (defract), so its store stays guarded.
+            if k_.out_map != "bijective":
+                conds += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
+                          if kind == "out"]
+            inner = []
+            base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
+            inner.append(f"const int o = {base};")
+            direct = vec_out and not k_.post_ops and not self.need_hit and \
+                k_.op.default is None and not [ci for ci, kd in enumerate(self.cons_kind)
+                                               if kd == "out"]
+            if direct:
+                if k_.op.output in k_.writes:
+                    inner.append(clexpr.store(buf(k_.op.output), "o", f"a_{j}", self.dtype,
+                                              self.W))
+            else:
+                for lane in lanes:
+                    inner += self.finish(j, lane)
+            block = ["{"] + ["    " + s for s in inner] + ["}"]
+            if conds:
+                block[0] = f"if ({' && '.join(conds)}) {{"
+            out += block
+        return out
+
+    def finish(self, j: int, lane: int | None) -> list[str]:
+        """One output element: settle uncovered elements, run post-ops, store what is kept."""
+        f, k_ = self.flat, self.kernel
+        lines = ["{"]
+        acc = f"a_{j}"
+        if lane is not None:
+            acc = f"{acc}.s{LANES[lane]}"
+            lines.append(f"const int oe = o + {lane * f.output.strides[self.v]};")
+        else:
+            lines.append("const int oe = o;")
+        val = self.horizontal(acc) if self.sched.dot else acc
+        if self.split and self.split.folded:
+            val = self.split.value(j)
+        if self.need_hit or k_.op.default is not None or "out" in self.cons_kind:
+            empty = clexpr.literal(0, self.dtype)
+            if k_.op.default is not None:
+                dt = self.program.tensors[k_.op.default].dtype
+                empty = clexpr.load(buf(k_.op.default), "oe", dt)
+            ok = [f"hit_{j}"] if self.need_hit else []
+            ok += [self.constraint_text(ci, self.point_env(self.points[j]))
+                   for ci, kind in enumerate(self.cons_kind) if kind == "out"]
+            if ok:
+                val = f"(({' && '.join(ok)}) ? {val} : {empty})"
+        lines.append(f"const {self.ctype} v = {val};")
+        names = {k_.op.output: "v"}
+        out_shape = self.program.tensors[k_.op.output].shape
+        for p in k_.post_ops:
+            def ref(name: str) -> str:
+                if name in names:
+                    return names[name]
+                t = self.program.tensors[name]
+                strides, off = operand_strides(k_.op.out_idx, f, t.shape, out_shape)
+                env = self.point_env(self.points[j])
+                terms = [(s, env[k]) for k, s in enumerate(strides)]
+                if lane is not None and strides[self.v]:
+                    off += lane * strides[self.v]
+                return clexpr.load(buf(name), _lin(terms, off), t.dtype)
+            var = f"v_{p.output}"
+            ctype = clexpr.COMPUTE[self.program.tensors[p.output].dtype]
+            lines.append(f"const {ctype} {var} = {clexpr.expr(p.expr, ref)};")
+            names[p.output] = var
+        for w in k_.writes:
+            lines.append(clexpr.store(buf(w), "oe", names[w], self.program.tensors[w].dtype))
+        lines.append("}")
+        return lines
+
+    def render(self) -> KernelSource:
+        f, s, k_ = self.flat, self.sched, self.kernel
+        for t in f.tensors:
+            lo, hi = self.offset_bounds(t.strides, t.offset)
+            check_int_offsets(f"tensor {t.name} of `{k_.op.text}`", lo,
+                              max(hi + self.W - 1, t.size))
+        args = self.args()
+        bufs, staging, staging_pre = self.staging()
+        epilogue, combine = self.epilogue(), []
+        if self.split:
+            bufs += self.split.buffers()
+            combine, epilogue = self.split.combine(), self.split.wrap(epilogue)
+        outer, inner = self.loops()
+        wg = s.wg_threads
+        groups = prod(self.counts[k] for k in self.out_idx)
+        tile = dict(zip(f.names, s.tile, strict=True))
+        comment = [k_.op.text, ""]
+        comment += [f"tile: {', '.join(f'{n}={t}' for n, t in tile.items())}",
+                    f"threads: {wg} per group, {groups} groups; "
+                    f"{len(self.points)} accumulators of {self.acc_type()} per thread"]
+        if self.v is not None:
+            comment.append(f"vector: {self.W} lanes along {f.names[self.v]}"
+                           + (" (reduction: lanes summed at the end)" if s.dot else ""))
+        comment.append("staging: " + ("local memory" if s.staged and any(s.staged) else
+                                      "none (read through cache)"))
+        if self.split:
+            comment.append(f"split reduction: {s.split} threads along {f.names[s.split_index]}"
+                           f" per output thread, combined in local memory")
+        if k_.post_ops:
+            comment.append("post-ops: " + "; ".join(p.text for p in k_.post_ops))
+        comment += [""] + f.table().splitlines()
+        for c in f.constraints:
+            comment.append("constraint: " + f.constraint_text(c))
+        comment += [""] + self.cost_lines
+        ctx = {
+            "title": f"{k_.name}: contraction kernel generated by tilec",
+            "comment": [ln.replace("*/", "* /") for ln in comment],
+            "name": k_.name, "args": [arg_decl(a) for a in args], "wg": wg,
+            "prologue": self.prologue() + staging_pre, "accumulators": self.accumulators(),
+            "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
+            "body": self.body(), "combine": combine, "epilogue": epilogue,
+        }
+        text = template_env().get_template("contraction.cl.j2").render(k=ctx)
+        # Two flops per index point, plus each post-op once per output element.
+        flops = 2 * f.points + k_.post_op_count * self.program.tensors[k_.op.output].size
+        return KernelSource(k_.name, "contraction", text, tuple(args), groups * wg, wg, tile,
+                            "\n".join(self.cost_lines), flops)
+
+    def args(self) -> list[KernelArg]:
+        k_, p = self.kernel, self.program
+        reads: list[str] = [a.tensor for a in k_.op.inputs]
+        if k_.op.default:
+            reads.append(k_.op.default)
+        for po in k_.post_ops:
+            reads += list(ir.expr_refs(po.expr))
+        produced = set(k_.produces)
+        ins = list(dict.fromkeys(r for r in reads if r not in produced))
+        args = [KernelArg(n, "in", p.tensors[n].dtype, p.tensors[n].size) for n in ins]
+        args += [KernelArg(n, "out", p.tensors[n].dtype, p.tensors[n].size) for n in k_.writes]
+        return args
+
+
+def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
+                       cost_lines: list[str] | None = None) -> KernelSource:
+    return _Contraction(kernel, sched, program, cost_lines or []).render()

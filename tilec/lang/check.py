@@ -1,0 +1,435 @@
+"""ast.Function + input shapes -> ir.Program: names, size symbols, dtypes, ranks, shapes,
+linearity of index polynomials.  Every problem is a `TileCheckError` pointing into the source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import Source, Span, TileCheckError
+from . import ast, ir
+from .bounds import propagate
+
+SUPPORTED_DTYPES = ("float32", "float16", "int32")
+INT32_LIMIT = 2**31
+
+
+def normalize_dtype(dtype: object, what: str = "dtype") -> str:
+    try:
+        name = np.dtype(dtype).name  # type: ignore[arg-type]
+    except TypeError:
+        name = str(dtype)
+    if name == "float64":
+        name = "float32"
+    if name not in SUPPORTED_DTYPES + ("bool",):
+        raise TileCheckError(f"{what}: unsupported element type {dtype!r} "
+                             f"(expected one of {', '.join(SUPPORTED_DTYPES)})")
+    return name
+
+
+def check(fn: ast.Function, shapes: Mapping[str, Sequence[int]],
+          dtype: str | Mapping[str, str] = "float32") -> ir.Program:
+    """Give `fn` meaning for inputs of the given shapes (and element types)."""
+    return _Checker(fn, shapes, dtype).run()
+
+
+class _Checker:
+    def __init__(self, fn: ast.Function, shapes: Mapping[str, Sequence[int]],
+                 dtype: str | Mapping[str, str]):
+        self.fn = fn
+        self.source: Source = fn.source
+        self.shapes = shapes
+        self.dtype = dtype
+        self.sizes: dict[str, int] = {}  # size symbol -> value
+        self.size_origin: dict[str, str] = {}
+        self.tensors: dict[str, ir.Tensor] = {}
+        self.ops: list[ir.Statement] = []
+
+    def err(self, message: str, span: Span | None) -> TileCheckError:
+        return TileCheckError(message, source=self.source, span=span)
+
+    # inputs ------------------------------------------------------------------------------------
+    def run(self) -> ir.Program:
+        names = {i.name for i in self.fn.inputs}
+        for extra in sorted(set(self.shapes) - names):
+            header = Span(self.fn.span.line, self.fn.span.col)  # the `function` keyword
+            raise self.err(f"a shape was given for {extra!r}, which is not an input of the "
+                           f"function (inputs: {', '.join(sorted(names)) or 'none'})", header)
+        seen: set[str] = set()
+        for inp in self.fn.inputs:
+            if inp.name in seen:
+                raise self.err(f"input {inp.name!r} is declared twice", inp.span)
+            seen.add(inp.name)
+            self._bind_input(inp)
+        for stmt in self.fn.stmts:
+            if isinstance(stmt, ast.Contraction):
+                self.ops.append(self._contraction(stmt))
+            else:
+                self.ops.append(self._assignment(stmt))
+        outs: list[str] = []
+        for o in self.fn.outputs:
+            if o.name in outs:
+                raise self.err(f"output {o.name!r} is listed twice", o.span)
+            if o.name not in self.tensors or o.name in names:
+                raise self.err(f"output {o.name!r} is never assigned (expected a statement "
+                               f"`{o.name} = ...` or `{o.name}[...] = ...` in the body)", o.span)
+            outs.append(o.name)
+        if not outs:
+            raise self.err("the function has no outputs", self.fn.span)
+        return ir.Program(tuple(i.name for i in self.fn.inputs), tuple(outs), dict(self.tensors),
+                          tuple(self.ops), self.source)
+
+    def _input_dtype(self, name: str) -> str:
+        d = self.dtype.get(name, "float32") if isinstance(self.dtype, Mapping) else self.dtype
+        return normalize_dtype(d, f"input {name}")
+
+    def _bind_input(self, inp: ast.Input) -> None:
+        if inp.name not in self.shapes:
+            if not inp.dims:
+                shape: tuple[int, ...] = ()
+            else:
+                dims = ", ".join(d.name or str(d.size) for d in inp.dims)
+                raise self.err(f"no shape given for input {inp.name!r} (expected "
+                               f"{len(inp.dims)} dimensions: {dims})", inp.span)
+        else:
+            try:
+                shape = tuple(int(s) for s in self.shapes[inp.name])
+            except (TypeError, ValueError):
+                raise self.err(f"the shape given for {inp.name!r} is not a list of integers: "
+                               f"{self.shapes[inp.name]!r}", inp.span) from None
+        if len(shape) != len(inp.dims):
+            raise self.err(f"input {inp.name!r} has {len(inp.dims)} dimensions in the function "
+                           f"header but the shape given, {_shape_text(shape)}, has {len(shape)}",
+                           inp.span)
+        for k, (dim, size) in enumerate(zip(inp.dims, shape, strict=True)):
+            if size <= 0:
+                raise self.err(f"dimension {k} of {inp.name!r} is {size}; sizes must be "
+                               "positive", dim.span)
+            if dim.name is None:
+                if dim.size != size:
+                    raise self.err(f"dimension {k} of {inp.name!r} is fixed to {dim.size} in "
+                                   f"the header but the shape given has {size}", dim.span)
+                continue
+            if dim.name in self.sizes and self.sizes[dim.name] != size:
+                raise self.err(f"size symbol {dim.name} is {self.sizes[dim.name]} from "
+                               f"{self.size_origin[dim.name]} but {size} from dimension {k} of "
+                               f"{inp.name!r}", dim.span)
+            self.sizes.setdefault(dim.name, size)
+            self.size_origin.setdefault(dim.name, f"dimension {k} of {inp.name!r}")
+        self.tensors[inp.name] = ir.Tensor(inp.name, shape, self._input_dtype(inp.name))
+
+    def _new_name(self, name: str, span: Span) -> None:
+        if name in self.tensors:
+            what = "an input" if name in {i.name for i in self.fn.inputs} else "already assigned"
+            raise self.err(f"{name!r} is {what}; every tensor is assigned once", span)
+        if name in self.sizes:
+            raise self.err(f"{name!r} is a size symbol and cannot be assigned", span)
+
+    # sizes and polynomials ---------------------------------------------------------------------
+    def _int_literal(self, e: ast.Num) -> int:
+        """Fix (fuzz): an integer past int32 reached the reference (OverflowError in numpy's
+        int64) and the kernel text unchecked; kernels compute in 32-bit `int`."""
+        value = int(e.value)
+        if not -INT32_LIMIT <= value < INT32_LIMIT:
+            raise self.err(f"the integer {value} does not fit in int32 (expected "
+                           f"{-INT32_LIMIT} .. {INT32_LIMIT - 1}; write {value}.0 for a float "
+                           "value)", e.span)
+        return value
+
+    def size(self, e: ast.Expr) -> int:
+        """A size expression: integers and size symbols, + - * and integer (floor) division."""
+        value = self._size(e)
+        if not -INT32_LIMIT <= value < INT32_LIMIT:  # as for index polynomials below
+            raise self.err(f"this size is {value}, past int32 (kernels compute offsets in "
+                           "32-bit integers)", e.span)
+        return value
+
+    def _size(self, e: ast.Expr) -> int:
+        if isinstance(e, ast.Num):
+            if e.is_float:
+                raise self.err("a size must be an integer", e.span)
+            return self._int_literal(e)
+        if isinstance(e, ast.Name):
+            if e.id not in self.sizes:
+                known = ", ".join(sorted(self.sizes)) or "none"
+                raise self.err(f"unknown size symbol {e.id!r} (size symbols: {known})", e.span)
+            return self.sizes[e.id]
+        if isinstance(e, ast.Unary) and e.op == "neg":
+            return -self._size(e.operand)
+        if isinstance(e, ast.Binary) and e.op in ("add", "sub", "mul", "div"):
+            a, b = self._size(e.left), self._size(e.right)
+            if e.op == "div":
+                if b == 0:
+                    raise self.err("division by zero in a size", e.span)
+                return a // b
+            return a + b if e.op == "add" else a - b if e.op == "sub" else a * b
+        raise self.err("a size must be built from integers, size symbols and + - * /", e.span)
+
+    def poly(self, e: ast.Expr) -> ir.Poly:
+        """An index polynomial: affine in index variables, exact rational coefficients."""
+        p = self._poly(e)
+        # Fix (fuzz): products of literals escaped the literal check above.
+        for c in (p.const, *(v for _, v in p.terms)):
+            if abs(c.numerator) >= INT32_LIMIT or c.denominator >= INT32_LIMIT:
+                raise self.err(f"the index polynomial {p} has a coefficient or constant past "
+                               "int32 (kernels compute offsets in 32-bit integers)", e.span)
+        return p
+
+    def _poly(self, e: ast.Expr) -> ir.Poly:
+        if isinstance(e, ast.Num):
+            if e.is_float:
+                raise self.err("index polynomials take integer constants", e.span)
+            return ir.Poly.constant(self._int_literal(e))
+        if isinstance(e, ast.Name):
+            if e.id in self.sizes:
+                return ir.Poly.constant(self.sizes[e.id])
+            return ir.Poly.index(e.id)
+        if isinstance(e, ast.Unary) and e.op == "neg":
+            return -self._poly(e.operand)
+        if isinstance(e, ast.Binary) and e.op in ("add", "sub"):
+            a, b = self._poly(e.left), self._poly(e.right)
+            return a + b if e.op == "add" else a - b
+        if isinstance(e, ast.Binary) and e.op == "mul":
+            a, b = self._poly(e.left), self._poly(e.right)
+            if not a.is_constant and not b.is_constant:
+                raise self.err("index polynomials must be linear: a product of two index "
+                               "expressions (expected a constant on one side of '*')", e.span)
+            return b.scale(a.const) if a.is_constant else a.scale(b.const)
+        if isinstance(e, ast.Binary) and e.op == "div":
+            a, b = self._poly(e.left), self._poly(e.right)
+            if not b.is_constant:
+                raise self.err("index polynomials may only be divided by a constant", e.span)
+            if b.const == 0:
+                raise self.err("division by zero in an index polynomial", e.span)
+            return a.scale(Fraction(1) / b.const)
+        raise self.err("an index polynomial may use index variables, integers, size symbols "
+                       "and + - * / by a constant", e.span)
+
+    # statements --------------------------------------------------------------------------------
+    def _access(self, ref: ast.TensorRef) -> ir.Access:
+        t = self.tensors.get(ref.name)
+        if t is None:
+            raise self.err(f"unknown tensor {ref.name!r}" + self._known(), ref.span)
+        if len(ref.idx) != len(t.shape):
+            raise self.err(f"{ref.name!r} has {len(t.shape)} dimensions "
+                           f"{_shape_text(t.shape)} but {len(ref.idx)} indices are given",
+                           ref.span)
+        return ir.Access(ref.name, tuple(self.poly(p) for p in ref.idx), ref.span)
+
+    def _known(self) -> str:
+        names = sorted(self.tensors)
+        return f" (known tensors: {', '.join(names)})" if names else ""
+
+    def _contraction(self, c: ast.Contraction) -> ir.Contraction:
+        self._new_name(c.output.name, c.output.span)
+        n_ops = {None: 1, "*": 2, "+": 2, "==": 2, "?": 3}[c.comb]
+        assert len(c.operands) == n_ops
+        inputs = tuple(self._access(r) for r in c.operands)
+        out_idx = tuple(self.poly(p) for p in c.output.idx)
+        sizes = None
+        if c.sizes is not None:
+            if len(c.sizes) != len(out_idx):
+                raise self.err(f"{c.output.name!r} has {len(out_idx)} indices but "
+                               f"{len(c.sizes)} sizes", c.output.span)
+            sizes = tuple(self.size(s) for s in c.sizes)
+            for s, e in zip(sizes, c.sizes, strict=True):
+                if s <= 0:
+                    raise self.err(f"output size evaluates to {s}; sizes must be positive",
+                                   e.span)
+        cons = tuple(ir.Constraint(self.poly(k.poly), self.size(k.bound), k.span)
+                     for k in c.constraints)
+        names: set[str] = set()
+        for p in out_idx + tuple(p for a in inputs for p in a.idx) + tuple(k.poly for k in cons):
+            names.update(p.indices)
+        bounds_in: list[tuple[ir.Poly, int, int]] = []
+        for a in inputs:
+            for p, n in zip(a.idx, self.tensors[a.tensor].shape, strict=True):
+                bounds_in.append((p, 0, n - 1))
+        for k in cons:
+            bounds_in.append((k.poly, 0, k.bound - 1))
+        if sizes is not None:
+            for p, n in zip(out_idx, sizes, strict=True):
+                bounds_in.append((p, 0, n - 1))
+        box = propagate(bounds_in, names)
+        # Fix (fuzz): `propagate` stops at the first empty interval, so indices it had not
+        # reached yet looked undetermined and were blamed instead of the empty one, depending on
+        # statement order.  Whether an index is determined is structural; an empty range is
+        # left to flatten (the reference evaluates such a statement to its default).
+        empty = [n for n in sorted(names) if box[n][0] > box[n][1]]
+        determined = _determined(bounds_in) if empty else names
+        for n in sorted(names):
+            lo, hi = box[n]
+            if n not in determined or not (empty or math.isfinite(lo) and math.isfinite(hi)):
+                raise self.err(f"nothing determines the range of index {n!r} (expected it in "
+                               "an input access or a constraint such as "
+                               f"`, {n} < 3`)", c.output.span)
+        if sizes is None:
+            if any(not math.isfinite(x) for n in names for x in box[n]):
+                raise self.err(f"index {empty[0]!r} has an empty range: no integer value "
+                               "satisfies every access and constraint, so the output sizes "
+                               "cannot be inferred (give them after ':')", c.output.span)
+            inferred = []
+            for p in out_idx:
+                hi = p.const + sum(max(v * box[k][0], v * box[k][1]) for k, v in p.terms)
+                inferred.append(max(1, math.floor(hi) + 1))
+            sizes = tuple(inferred)
+        dtypes = [self.tensors[a.tensor].dtype for a in inputs]
+        dtype = dtypes[-1] if c.comb == "?" else ir.promote(*dtypes)
+        if dtype == "bool" and c.agg in ("+", "*"):
+            dtype = "int32"
+        default = None
+        if c.default is not None:
+            d = self.tensors.get(c.default.id)
+            if d is None:
+                raise self.err(f"unknown tensor {c.default.id!r} after `default`" + self._known(),
+                               c.default.span)
+            if d.shape != sizes:
+                raise self.err(f"the default {c.default.id!r} has shape {_shape_text(d.shape)} "
+                               f"but {c.output.name!r} has {_shape_text(sizes)}", c.default.span)
+            default = d.name
+        self.tensors[c.output.name] = ir.Tensor(c.output.name, sizes, dtype)
+        return ir.Contraction(c.output.name, out_idx, c.agg, c.comb, inputs, cons,
+                              tuple(sorted(names)), c.no_defract, default, c.text, c.output.span)
+
+    def _assignment(self, a: ast.Assignment) -> ir.Elementwise:
+        self._new_name(a.name, a.span)
+        expr, _ = self.expr(a.expr)
+        shape = expr.shape if isinstance(expr, (ir.Ref, ir.Op)) else ()
+        dtype = expr.dtype
+        self.tensors[a.name] = ir.Tensor(a.name, shape, dtype)
+        return ir.Elementwise(a.name, expr, a.text, a.span)
+
+    # elementwise expressions -------------------------------------------------------------------
+    def expr(self, e: ast.Expr) -> tuple[ir.Expr, bool]:
+        """The typed expression and whether its type is weak (built only from literals)."""
+        if isinstance(e, ast.Num):
+            if not e.is_float:
+                self._int_literal(e)
+            return ir.Const(e.value, "float32" if e.is_float else "int32"), True
+        if isinstance(e, ast.Name):
+            if e.id in self.tensors:
+                t = self.tensors[e.id]
+                return ir.Ref(t.name, t.dtype, t.shape), False
+            if e.id in self.sizes:
+                return ir.Const(self.sizes[e.id], "int32"), True
+            raise self.err(f"unknown name {e.id!r}" + self._known(), e.span)
+        if isinstance(e, ast.Unary):
+            x, weak = self.expr(e.operand)
+            if e.op == "not":
+                dt = "bool"
+            elif e.op == "bitnot":
+                self._need_int(x, e, "~")
+                dt = x.dtype
+            else:
+                dt = "int32" if x.dtype == "bool" else x.dtype
+            return ir.Op(e.op, (x,), dt, _shape(x)), weak
+        if isinstance(e, ast.Binary):
+            return self._binary(e)
+        if isinstance(e, ast.Select):
+            c, _ = self.expr(e.cond)
+            (a, wa), (b, wb) = self.expr(e.then), self.expr(e.other)
+            dt = _join((a, wa), (b, wb))
+            return ir.Op("select", (c, a, b), dt, self._broadcast(e, c, a, b)), wa and wb
+        if isinstance(e, ast.Call):
+            return self._call(e)
+        raise self.err("unsupported expression", e.span)
+
+    def _need_int(self, x: ir.Expr, e: ast.Expr, sym: str) -> None:
+        if x.dtype in ir.FLOAT_DTYPES:
+            raise self.err(f"'{sym}' needs integer operands, not {x.dtype}", e.span)
+
+    def _binary(self, e: ast.Binary) -> tuple[ir.Expr, bool]:
+        (a, wa), (b, wb) = self.expr(e.left), self.expr(e.right)
+        shape = self._broadcast(e, a, b)
+        if e.op in ir.COMPARISONS:
+            dt = "bool"
+        elif e.op in _BITWISE:
+            self._need_int(a, e, _BITWISE[e.op])
+            self._need_int(b, e, _BITWISE[e.op])
+            dt = _join((a, wa), (b, wb))
+        else:
+            dt = _join((a, wa), (b, wb))
+            if dt == "bool":
+                dt = "int32"
+        return ir.Op(e.op, (a, b), dt, shape), wa and wb
+
+    def _call(self, e: ast.Call) -> tuple[ir.Expr, bool]:
+        if e.fn not in ir.CALLS:
+            raise self.err(f"unknown function {e.fn!r} (expected one of "
+                           f"{', '.join(sorted(ir.CALLS))})", e.span)
+        arity = ir.CALLS[e.fn]
+        if len(e.args) != arity:
+            raise self.err(f"{e.fn} takes {arity} argument{'s' if arity > 1 else ''}, "
+                           f"{len(e.args)} given", e.span)
+        args = [self.expr(x) for x in e.args]
+        if e.fn in ("as_float", "as_int"):
+            (x, _), (bits, _) = args
+            if not isinstance(bits, ir.Const) or bits.dtype != "int32":
+                raise self.err(f"the second argument of {e.fn} is a bit width literal",
+                               e.args[1].span)
+            allowed = (16, 32, 64) if e.fn == "as_float" else (8, 16, 32, 64)
+            if bits.value not in allowed:
+                raise self.err(f"{e.fn} takes a width of {allowed}, not {bits.value}",
+                               e.args[1].span)
+            dt = ("float16" if bits.value == 16 else "float32") if e.fn == "as_float" \
+                else "int32"
+            return ir.Op(e.fn, (x, bits), dt, _shape(x)), False
+        exprs = tuple(x for x, _ in args)
+        shape = self._broadcast(e, *exprs)
+        dt = _join(*args)
+        if e.fn in ("exp", "log", "sqrt", "tanh", "sigmoid", "pow") and \
+                dt not in ir.FLOAT_DTYPES:
+            dt = "float32"
+        if dt == "bool":
+            dt = "int32"
+        return ir.Op(e.fn, exprs, dt, shape), all(w for _, w in args)
+
+    def _broadcast(self, e: ast.Expr, *xs: ir.Expr) -> tuple[int, ...]:
+        shapes = [_shape(x) for x in xs]
+        try:
+            return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError:
+            desc = " and ".join(_shape_text(s) for s in shapes)
+            raise self.err(f"operand shapes {desc} do not broadcast (trailing dimensions "
+                           "must be equal or 1)", e.span) from None
+
+
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _determined(bounds: Sequence[tuple[ir.Poly, int, int]]) -> set[str]:
+    """Indices that bounds determine: those alone in a polynomial, then, in turn, those whose
+    polynomial's other indices are all determined (what interval propagation finds)."""
+    known: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for p, _, _ in bounds:
+            free = set(p.indices) - known
+            if len(free) == 1:
+                known |= free
+                changed = True
+    return known
+
+
+def _shape(x: ir.Expr) -> tuple[int, ...]:
+    return () if isinstance(x, ir.Const) else x.shape
+
+
+def _join(*typed: tuple[ir.Expr, bool]) -> str:
+    """Result type: literals do not widen tensors, but a float literal makes an int float."""
+    strong = [x.dtype for x, weak in typed if not weak]
+    weak = [x.dtype for x, w in typed if w]
+    if not strong:
+        return ir.promote(*weak)
+    dt = ir.promote(*strong)
+    if dt not in ir.FLOAT_DTYPES and any(w in ir.FLOAT_DTYPES for w in weak):
+        return "float32"
+    return dt
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"

@@ -1,0 +1,209 @@
+"""The numpy interpreter of `ir.Program`: the oracle every kernel and every test is compared with.
+
+Contractions run on a vectorised fast path where each index polynomial keeps a single free index
+once a few small "coupling" indices are fixed (einsum / broadcast reductions per assignment),
+and otherwise on a generic chunked enumeration of the index box (see `reference_paths`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import numpy as np
+
+from ..errors import TileCheckError
+from . import ir
+from .reference_paths import acc_dtype, fast, generic, identity, index_bounds, plan_fast
+
+__all__ = ["NP_DTYPES", "evaluate_program", "evaluate_contraction", "evaluate_expr",
+           "index_bounds"]
+
+NP_DTYPES: dict[str, type[np.generic]] = {
+    "float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
+}
+
+Path = Literal["auto", "fast", "generic"]
+
+
+def evaluate_program(program: ir.Program, arrays: Mapping[str, np.ndarray],
+                     *, path: Path = "auto") -> dict[str, np.ndarray]:
+    """Every output of `program`, in order, for the given input arrays.  `path` forces the
+    contraction strategy (tests compare "fast" with "generic"; "fast" still falls back where
+    it does not apply)."""
+    env: dict[str, np.ndarray] = {}
+    for name in program.inputs:
+        env[name] = _check_input(program.tensors[name], arrays)
+    for op in program.ops:
+        t = program.tensors[op.output]
+        if isinstance(op, ir.Contraction):
+            env[op.output] = evaluate_contraction(op, program.tensors, env, path=path)
+        else:
+            value = evaluate_expr(op.expr, env)
+            env[op.output] = np.broadcast_to(_cast(value, t.dtype), t.shape).copy()
+    missing = [n for n in program.outputs if n not in env]
+    if missing:
+        raise TileCheckError(f"output {missing[0]} is never written")
+    return {n: env[n] for n in program.outputs}
+
+
+def _check_input(t: ir.Tensor, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    if t.name not in arrays:
+        raise TileCheckError(f"no array given for input {t.name}")
+    arr = np.asarray(arrays[t.name])
+    if arr.ndim != len(t.shape):
+        raise TileCheckError(f"input {t.name} has rank {arr.ndim}, expected {len(t.shape)} "
+                             f"(shape {list(t.shape)})")
+    for d, (got, want) in enumerate(zip(arr.shape, t.shape, strict=True)):
+        if got != want:
+            raise TileCheckError(f"input {t.name}: dimension {d} has size {got}, "
+                                 f"expected {want}")
+    return _cast(arr, t.dtype)
+
+
+def _cast(arr: np.ndarray, dtype: str) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.asarray(arr).astype(NP_DTYPES[dtype], copy=False)
+
+
+# Contractions ------------------------------------------------------------------------------------
+
+def evaluate_contraction(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
+                         env: Mapping[str, np.ndarray], *, path: Path = "auto") -> np.ndarray:
+    out = tensors[op.output]
+    for name in [a.tensor for a in op.inputs] + ([op.default] if op.default else []):
+        if name not in env:
+            raise TileCheckError(f"{name} is read before it is written", span=op.span)
+    bounds = index_bounds(op, tensors)
+    dt = acc_dtype(op, tensors)
+    acc = np.full(out.shape, identity(op.agg, dt), dtype=dt)
+    covered = np.zeros(out.shape, dtype=bool)
+    if all(lo <= hi for lo, hi in bounds.values()):
+        plan = plan_fast(op, tensors, bounds) if path != "generic" else None
+        with np.errstate(over="ignore", invalid="ignore"):
+            if plan is not None:
+                fast(op, tensors, env, bounds, plan, acc, covered)
+            else:
+                generic(op, tensors, env, bounds, acc, covered)
+    if op.default is not None:
+        base = _cast(env[op.default], out.dtype)
+        if base.shape != out.shape:
+            raise TileCheckError(f"default {op.default} has shape {list(base.shape)}, expected "
+                                 f"{list(out.shape)} like {op.output}", span=op.span)
+    else:
+        base = np.zeros(out.shape, dtype=NP_DTYPES[out.dtype])
+    return np.where(covered, _cast(acc, out.dtype), base)
+
+
+# Elementwise -------------------------------------------------------------------------------------
+
+_F64 = np.float64
+
+
+def evaluate_expr(e: ir.Expr, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Value of an elementwise expression, broadcast numpy-style, in the expression's dtype."""
+    if isinstance(e, ir.Ref):
+        if e.name not in env:
+            raise TileCheckError(f"{e.name} is read before it is written")
+        return env[e.name]
+    if isinstance(e, ir.Const):
+        return np.asarray(e.value, dtype=NP_DTYPES[e.dtype])
+    with np.errstate(all="ignore"):
+        return _cast(_apply(e, [evaluate_expr(a, env) for a in e.args]), e.dtype)
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in ir.FLOAT_DTYPES
+
+
+def _work(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Convert an operand to the op's type the way C would, then widen for the arithmetic:
+    float64 for floats (each op is then rounded once, on the cast back), int64 for integers."""
+    return _cast(x, dtype).astype(_F64 if _is_float(dtype) else np.int64)
+
+
+def _truthy(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x) != 0
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    return np.where(b == 0, 0, np.where((a < 0) != (safe < 0), -q, q))
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "gt": np.greater,
+        "le": np.less_equal, "ge": np.greater_equal}
+_FLOAT_CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
+                "floor": np.floor, "ceil": np.ceil}
+_BITS = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
+         "shl": np.left_shift, "shr": np.right_shift}
+
+
+def _apply(e: ir.Op, args: list[np.ndarray]) -> np.ndarray:
+    name, dt = e.op, e.dtype
+    if name in _CMP:
+        # Compare in the operands' common type, not in the boolean result type.
+        common = ir.promote(*(_dtype_name(a) for a in args))
+        return _CMP[name](_work(args[0], common), _work(args[1], common))
+    if name == "and":
+        return _truthy(args[0]) & _truthy(args[1])
+    if name == "or":
+        return _truthy(args[0]) | _truthy(args[1])
+    if name == "not" or (name == "bitnot" and dt == "bool"):
+        return ~_truthy(args[0])
+    if name == "select":
+        return np.where(_truthy(args[0]), _work(args[1], dt), _work(args[2], dt))
+    if name == "as_float":
+        bits = _const_arg(e, 1)
+        return _cast(args[0], "float16" if bits == 16 else "float32")
+    if name == "as_int":
+        return np.trunc(args[0].astype(_F64)).astype(np.int64)
+    if name in _FLOAT_CALLS:
+        return _FLOAT_CALLS[name](_work(args[0], dt).astype(_F64))
+    if name == "sigmoid":
+        x = _work(args[0], dt).astype(_F64)
+        return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|, unlike 1/(1+exp(-x))
+    if name == "pow":
+        return np.power(_work(args[0], dt).astype(_F64), _work(args[1], dt).astype(_F64))
+    xs = [_work(a, dt) for a in args]
+    if name == "neg":
+        return -xs[0]
+    if name == "bitnot":
+        return ~xs[0] if not _is_float(dt) else -xs[0] - 1
+    if name == "abs":
+        return np.abs(xs[0])
+    if name == "relu":
+        return np.maximum(xs[0], 0)
+    if name in ("min", "max"):
+        return (np.minimum if name == "min" else np.maximum)(xs[0], xs[1])
+    if name == "add":
+        return xs[0] + xs[1]
+    if name == "sub":
+        return xs[0] - xs[1]
+    if name == "mul":
+        return xs[0] * xs[1]
+    if name == "div":
+        return xs[0] / xs[1] if _is_float(dt) else _int_div(xs[0], xs[1])
+    if name in _BITS:
+        # C leaves shifts by 32 or more undefined; mask like most hardware does.
+        b = xs[1] & 31 if name in ("shl", "shr") else xs[1]
+        return _BITS[name](xs[0].astype(np.int32), b.astype(np.int32))
+    raise TileCheckError(f"unknown elementwise operation {name!r}")
+
+
+def _const_arg(e: ir.Op, i: int) -> int:
+    a = e.args[i]
+    if not isinstance(a, ir.Const):
+        raise TileCheckError(f"{e.op} needs a constant bit width")
+    return int(a.value)
+
+
+def _dtype_name(a: np.ndarray) -> str:
+    kind = np.asarray(a).dtype
+    if kind == np.bool_:
+        return "bool"
+    if kind == np.float16:
+        return "float16"
+    if kind.kind == "f":
+        return "float32"
+    return "int32"

@@ -1,0 +1,182 @@
+"""Group a checked program's statements into kernels.
+
+A contraction takes the elementwise statements that follow it and have its output's shape as
+post-ops (PlaidML fuses the seed's ReLU this way); other runs of same-shaped elementwise
+statements become one elementwise kernel.  A tensor is written to global memory only when it is
+a program output or a later kernel reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..lang import ir
+from .defract import overlap_error, rewritten
+from .flat import FlatContraction
+from .flatten import flatten
+
+
+@dataclass(frozen=True)
+class ContractionKernel:
+    op: ir.Contraction  # the statement after the reduce and defract rewrites (`defract.py`)
+    flat: FlatContraction
+    post_ops: tuple[ir.Elementwise, ...]
+    writes: tuple[str, ...]  # tensors stored to global memory
+    # How output index points map to output elements: "bijective" (each element is one point
+    # of the box: uncovered elements are settled inside the kernel) or "injective" (some
+    # elements have no point at all: an initialisation kernel runs first).
+    out_map: str
+
+    @property
+    def name(self) -> str:
+        return f"contract_{self.op.output}"
+
+    @property
+    def produces(self) -> tuple[str, ...]:
+        return (self.op.output,) + tuple(p.output for p in self.post_ops)
+
+    @property
+    def post_op_count(self) -> int:
+        return sum(_count_ops(p.expr) for p in self.post_ops)
+
+
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    ops: tuple[ir.Elementwise, ...]
+    shape: tuple[int, ...]
+    writes: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"elementwise_{self.ops[0].output}"
+
+    @property
+    def produces(self) -> tuple[str, ...]:
+        return tuple(o.output for o in self.ops)
+
+
+Kernel = ContractionKernel | ElementwiseKernel
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    program: ir.Program
+    kernels: tuple[Kernel, ...]
+
+    def buffers(self) -> tuple[str, ...]:
+        """Tensors that live in global memory: inputs and every tensor a kernel writes."""
+        out = list(self.program.inputs)
+        for k in self.kernels:
+            out += [w for w in k.writes if w not in out]
+        return tuple(out)
+
+
+def _count_ops(e: ir.Expr) -> int:
+    if isinstance(e, ir.Op):
+        return 1 + sum(_count_ops(a) for a in e.args)
+    return 0
+
+
+def _reads(k: Kernel) -> set[str]:
+    ops = k.post_ops if isinstance(k, ContractionKernel) else k.ops
+    names = {r for o in ops for r in ir.expr_refs(o.expr)}
+    if isinstance(k, ContractionKernel):
+        names |= {a.tensor for a in k.op.inputs}
+        if k.op.default:
+            names.add(k.op.default)
+    return names - set(k.produces)
+
+
+def classify_output(flat: FlatContraction, out_size: int) -> str:
+    """Whether distinct index points always write distinct output elements, and whether every
+    element has a point (mixed-radix check on the output strides)."""
+    pairs = sorted((s, r) for s, r in zip(flat.output.strides, flat.ranges, strict=True) if s)
+    span = 0
+    for s, r in pairs:
+        if s < 0 or s <= span:
+            return "overlapping"
+        span += s * (r - 1)
+    dense = flat.output.offset == 0 and span + 1 == out_size and \
+        all(s == prod for (s, _), prod in zip(pairs, _radix(pairs), strict=True))
+    return "bijective" if dense else "injective"
+
+
+def _radix(pairs: list[tuple[int, int]]) -> list[int]:
+    out, p = [], 1
+    for _, r in pairs:
+        out.append(p)
+        p *= r
+    return out
+
+
+def plan_kernels(program: ir.Program) -> KernelPlan:
+    groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
+    for op in program.ops:
+        if isinstance(op, ir.Contraction):
+            flat_op, flat = _flatten(program, op)
+            out_map = classify_output(flat, program.tensors[op.output].size)
+            if out_map == "overlapping":
+                if flat_op is op:
+                    raise overlap_error(op, program.source)
+                # After reduce/defract each output element has one index point by construction.
+                # The stride test fails where the box overhangs a dimension (19 = 2*10 - 1) or
+                # output dimensions share a residue; constraints keep such points from storing.
+                out_map = "injective"
+            groups.append([flat_op, flat, [], out_map])
+            continue
+        shape = program.tensors[op.output].shape
+        last = groups[-1] if groups else None
+        if last is not None and _fits(program, last, op, shape):
+            last[2].append(op)
+        else:
+            groups.append([None, None, [op], None])
+    kernels: list[Kernel] = []
+    for c, flat, ew, out_map in groups:
+        if c is not None:
+            kernels.append(ContractionKernel(c, flat, tuple(ew), (), out_map))
+        else:
+            kernels.append(ElementwiseKernel(tuple(ew), program.tensors[ew[0].output].shape,
+                                             ()))
+    return KernelPlan(program, tuple(_with_writes(program, kernels)))
+
+
+def _flatten(program: ir.Program,
+             op: ir.Contraction) -> tuple[ir.Contraction, FlatContraction]:
+    """The contraction a kernel computes (`op` after the reduce and defract rewrites, which
+    keep its points and its text) and its flat form."""
+    op = rewritten(op, program.tensors, source=program.source)
+    # Shapes of tensors that post-ops may read, so the flattener keeps their indices apart.
+    out_shape = program.tensors[op.output].shape
+    shapes = {t.shape for t in program.tensors.values()
+              if t.shape != out_shape and _broadcasts_to(t.shape, out_shape)}
+    return op, flatten(op, program.tensors, broadcast_shapes=tuple(sorted(shapes)),
+                       source=program.source)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
+
+
+def _fits(program: ir.Program, group: list, op: ir.Elementwise,
+          shape: tuple[int, ...]) -> bool:
+    c, _, ew, out_map = group
+    if c is not None:
+        if out_map != "bijective" or program.tensors[c.output].shape != shape:
+            return False
+        return True
+    return program.tensors[ew[0].output].shape == shape
+
+
+def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:
+    out = []
+    for i, k in enumerate(kernels):
+        later = set(program.outputs)
+        for j in kernels[i + 1:]:
+            later |= _reads(j)
+        writes = tuple(n for n in k.produces if n in later)
+        if isinstance(k, ContractionKernel):
+            out.append(ContractionKernel(k.op, k.flat, k.post_ops, writes, k.out_map))
+        else:
+            out.append(ElementwiseKernel(k.ops, k.shape, writes))
+    return out

@@ -1,0 +1,400 @@
+"""Tile-size search: enumerate candidate tiles, score them with the cost model, keep the best.
+
+Candidates per index are the powers of two up to its range, the divisors of the range, and the
+range itself.  When the full cartesian product has at most `limit` (2 million) tiles it is
+scored whole; otherwise only powers of two and the full range are kept; if that is still too
+many, a best-first beam search climbs from the all-1 tile, moving one index at a time to its next
+candidate (PlaidML's doubling search, a generation at a time so it can be vectorised).
+
+Before scoring, output sub-tiles that cannot fit the registers are dropped: each thread holds
+prod_out ceil(tile/threads) accumulators and the threads share at most `threads`, so
+or >= prod_out tile * es; on a CPU (one work-item per tile) the accumulators alone need
+prod_out tile / vec_size vector registers.  These are counted in `pruned`.
+
+Ranking (deterministic): higher score; then higher flops_per_byte (the seed's tie rule); then
+fewer L2 bytes (CPU models); then fewer work-groups (a larger output tile); then fewer inner
+loops (a larger reduction chunk); then less local memory and fewer accumulator bytes; then the
+tile itself, lexicographically smaller first.  A rejected tile ("over memory"/"over regs") is
+never returned.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import TileError
+from .cost import Cost, score, score_many
+from .flat import FlatContraction
+from .layout import Layout, layout
+
+if TYPE_CHECKING:
+    from .hw import HwModel
+
+LIMIT = 2_000_000
+CHUNK = 1 << 18
+BEAM = 64
+
+
+@dataclass(frozen=True)
+class TiledPlan:
+    """The chosen tile of one contraction on one hardware model, with the runners-up."""
+
+    flat: FlatContraction
+    tile: tuple[int, ...]
+    cost: Cost
+    top: tuple[tuple[tuple[int, ...], Cost], ...]  # best first, the chosen one included
+    candidates_scored: int
+    rejected_memory: int
+    rejected_regs: int
+    seconds: float
+    pruned: int = 0  # skipped before scoring: provably over regs
+    strategy: str = "exhaustive"  # "exhaustive", "pow2" or "beam"
+    hw: HwModel | None = None
+    post_ops: int = 0
+    dtype: str = "float32"
+    cached: bool = False  # the outcome of an earlier process's search, read from the cache
+
+    @property
+    def costs(self) -> tuple[Cost, ...]:
+        return tuple(c for _, c in self.top)
+
+    def layout(self) -> Layout:
+        if self.hw is None:
+            raise TileError("this plan has no hardware model to lay its tile out for")
+        return layout(self.flat, self.tile, self.hw, self.dtype)
+
+    def describe(self) -> str:
+        tile = ", ".join(f"{n}: {t}" for n, t in zip(self.flat.names, self.tile, strict=True))
+        return (f"tile [{tile}] score {self.cost.score:g} "
+                f"(flops_per_byte {self.cost.flops_per_byte:g}); {self.strategy} search scored "
+                f"{self.candidates_scored} tiles in {self.seconds:.3f} s "
+                f"({self.rejected_memory} over memory, {self.rejected_regs} over regs, "
+                f"{self.pruned} pruned)" + ("; read from the search cache" if self.cached else ""))
+
+
+def candidates(r: int) -> list[int]:
+    """Powers of two up to r, the divisors of r, and r."""
+    out = {r}
+    p = 1
+    while p <= r:
+        out.add(p)
+        p *= 2
+    d = 1
+    while d * d <= r:
+        if r % d == 0:
+            out.add(d)
+            out.add(r // d)
+        d += 1
+    return sorted(out)
+
+
+def pow2_candidates(r: int) -> list[int]:
+    out = {r}
+    p = 1
+    while p <= r:
+        out.add(p)
+        p *= 2
+    return sorted(out)
+
+
+def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "float32",
+           top_k: int = 8, log: str | os.PathLike[str] | IO[str] | None = None, *,
+           post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None) -> TiledPlan:
+    """Find the best-scoring tile.  `log` (a path or text stream) receives the top tiles' cost
+    log: text in the seed's format, or JSON lines when the path ends in .jsonl/.json.
+    `cache` (a directory) keeps the outcome for later processes: the same contraction on the
+    same hardware model, scored by the same code, is not searched twice."""
+    start = time.perf_counter()
+    top_k = max(1, top_k)
+    key = path = None
+    if cache is not None:
+        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit)
+        path = Path(cache) / key[:2] / f"{key}.json"
+        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs)
+        if plan is not None:
+            if log is not None:
+                write_log(plan, log)
+            return plan
+    es = hw.elem_size(dtype)
+    cands = [candidates(r) for r in flat.ranges]
+    strategy = "exhaustive"
+    if _count(cands) > limit:
+        cands = [pow2_candidates(r) for r in flat.ranges]
+        strategy = "pow2"
+    args = (flat, hw, post_ops, dtype, post_inputs)
+    if _count(cands) > limit:
+        strategy = "beam"
+        best, tally = _beam(cands, top_k, args)
+    else:
+        best, tally = _exhaustive(cands, top_k, es, args)
+    if best.shape[0] == 0:
+        ones = tuple(1 for _ in flat.ranges)
+        fallback = score(flat, ones, hw, post_ops, dtype, post_inputs=post_inputs)
+        if not fallback.ok:
+            raise TileError(_no_fit_message(flat, hw, fallback))
+        best = np.asarray([ones], np.int64)
+    top = tuple((tuple(int(t) for t in row),
+                 score(flat, row, hw, post_ops, dtype, post_inputs=post_inputs))
+                for row in best[:top_k])
+    plan = TiledPlan(flat=flat, tile=top[0][0], cost=top[0][1], top=top,
+                     candidates_scored=tally[0], rejected_memory=tally[1],
+                     rejected_regs=tally[2], pruned=tally[3],
+                     seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
+                     post_ops=post_ops, dtype=dtype)
+    if path is not None and key is not None:
+        from .. import memo
+
+        memo.write_json(path, key, {
+            "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
+            "seconds": plan.seconds})
+    if log is not None:
+        write_log(plan, log)
+    return plan
+
+
+_CODE_DIGEST: list[str] = []
+
+
+def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
+               post_inputs: int, limit: int) -> str:
+    from dataclasses import fields
+
+    from .. import memo
+    from . import cost, schedule
+    from . import flat as flat_mod
+    from . import hw as hw_mod
+    from . import layout as layout_mod
+
+    if not _CODE_DIGEST:
+        _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
+                                               sys.modules[__name__]))
+    contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
+    return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
+                       top_k, post_inputs, limit)
+
+
+def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_ops: int,
+                dtype: str, post_inputs: int) -> TiledPlan | None:
+    from .. import memo
+
+    found = memo.read_json(path, key)
+    try:
+        tiles = [tuple(int(t) for t in row) for row in found["top"]]
+        tally = tuple(int(n) for n in found["tally"])
+        strategy = str(found["strategy"])
+        seconds = float(found["seconds"])
+        if not tiles or len(tally) != 4 or any(
+                len(t) != len(flat.ranges) or not all(1 <= a <= r for a, r in
+                                                      zip(t, flat.ranges, strict=True))
+                for t in tiles):
+            return None
+    except (TypeError, KeyError, ValueError):
+        return None
+    top = tuple((t, score(flat, t, hw, post_ops, dtype, post_inputs=post_inputs))
+                for t in tiles)
+    return TiledPlan(flat=flat, tile=top[0][0], cost=top[0][1], top=top,
+                     candidates_scored=tally[0], rejected_memory=tally[1],
+                     rejected_regs=tally[2], pruned=tally[3],
+                     seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
+                     cached=True)
+
+
+def score_tile(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
+               post_ops: int = 0, dtype: str = "float32", *, post_inputs: int = 0) -> Cost:
+    """Score a tile the user gave (`--tile`): sizes in index order, or a mapping from index
+    name to size (indices it leaves out get 1)."""
+    names = flat.names
+    if isinstance(tile, Mapping):
+        unknown = [k for k in tile if k not in names]
+        if unknown:
+            raise TileError(f"--tile names unknown index {unknown[0]!r}; the contraction's "
+                            f"indices are {', '.join(names)}")
+        sizes = [int(tile.get(n, 1)) for n in names]
+    else:
+        sizes = [int(t) for t in tile]
+        if len(sizes) != len(names):
+            raise TileError(f"--tile has {len(sizes)} sizes but the contraction has "
+                            f"{len(names)} indices ({', '.join(names)})")
+    for n, t, r in zip(names, sizes, flat.ranges, strict=True):
+        if not 1 <= t <= r:
+            raise TileError(f"tile size {t} for index {n} is outside 1..{r}")
+    return score(flat, sizes, hw, post_ops, dtype, post_inputs=post_inputs)
+
+
+# -- strategies --------------------------------------------------------------------------------
+
+def _count(cands: list[list[int]]) -> int:
+    n = 1
+    for c in cands:
+        n *= len(c)
+    return n
+
+
+def _product(lists: list[list[int]]) -> np.ndarray:
+    if not lists:
+        return np.ones((1, 0), np.int64)
+    grids = np.meshgrid(*[np.asarray(c, np.int64) for c in lists], indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1)
+
+
+def _exhaustive(cands: list[list[int]], top_k: int, es: int,
+                args: tuple) -> tuple[np.ndarray, list[int]]:
+    flat, hw = args[0], args[1]
+    k = len(cands)
+    outs = list(flat.out_indices)
+    reds = list(flat.reduce_indices)
+    out_rows = _product([cands[i] for i in outs])
+    red_rows = _product([cands[i] for i in reds])
+    acc = np.prod(out_rows, axis=1)
+    keep = acc * es <= hw.max_regs
+    if hw.kind == "cpu" and hw.threads == 1 and hw.registers > 0:
+        keep &= acc <= (hw.registers - 1) * max(1, hw.vec_size)
+    pruned = int((~keep).sum()) * red_rows.shape[0]
+    out_rows = out_rows[keep]
+    tally = [0, 0, 0, pruned]
+    best = np.zeros((0, k), np.int64)
+    best_stats: dict[str, np.ndarray] = {}
+    per = max(1, CHUNK // max(1, red_rows.shape[0]))
+    for lo in range(0, out_rows.shape[0], per):
+        block = out_rows[lo:lo + per]
+        tiles = np.ones((block.shape[0] * red_rows.shape[0], k), np.int64)
+        tiles[:, outs] = np.repeat(block, red_rows.shape[0], axis=0)
+        tiles[:, reds] = np.tile(red_rows, (block.shape[0], 1))
+        best, best_stats = _merge_best(tiles, best, best_stats, top_k, tally, args)
+    return best, tally
+
+
+def _beam(cands: list[list[int]], top_k: int, args: tuple) -> tuple[np.ndarray, list[int]]:
+    k = len(cands)
+    nxt = [dict(itertools.pairwise(c)) for c in cands]
+    frontier = np.ones((1, k), np.int64)
+    seen = {tuple(frontier[0])}
+    tally = [0, 0, 0, 0]
+    best = np.zeros((0, k), np.int64)
+    best_stats: dict[str, np.ndarray] = {}
+    first = True
+    while frontier.shape[0]:
+        if first:
+            new = frontier
+            first = False
+        else:
+            grown = []
+            for row in frontier.tolist():
+                for i in range(k):
+                    up = nxt[i].get(row[i])
+                    if up is None:
+                        continue
+                    t = tuple(row[:i] + [up] + row[i + 1:])
+                    if t not in seen:
+                        seen.add(t)
+                        grown.append(t)
+            if not grown:
+                break
+            new = np.asarray(grown, np.int64)
+        stats = score_many(args[0], new, args[1], args[2], args[3], post_inputs=args[4])
+        _tally(stats, tally)
+        ok = stats["status"] == 0
+        if ok.any():
+            frontier = new[ok][_ranked(new[ok], _sub(stats, ok))[:BEAM]]
+        else:
+            # A rejected tile can have valid descendants (the reduction scratch of the all-1
+            # tile goes away once the output tile covers the threads), so climb on from some.
+            frontier = new[:BEAM]
+        best, best_stats = _merge_best(new, best, best_stats, top_k, [0, 0, 0, 0], args,
+                                       stats=stats)
+    return best, tally
+
+
+def _tally(stats: dict[str, np.ndarray], tally: list[int]) -> None:
+    tally[0] += stats["status"].shape[0]
+    tally[1] += int((stats["status"] == 1).sum())
+    tally[2] += int((stats["status"] == 2).sum())
+
+
+def _merge_best(tiles: np.ndarray, best: np.ndarray, best_stats: dict[str, np.ndarray],
+                top_k: int, tally: list[int], args: tuple,
+                stats: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
+    """Score `tiles` (unless `stats` are given) and keep the top_k of them and `best`."""
+    if stats is None:
+        stats = score_many(args[0], tiles, args[1], args[2], args[3], post_inputs=args[4])
+        _tally(stats, tally)
+    ok = stats["status"] == 0
+    if ok.any():
+        sc = stats["score"]
+        # Only tiles that can still reach the top need the full tie-break.
+        if ok.sum() > top_k:
+            cut = np.partition(sc[ok], -top_k)[-top_k]
+            ok &= sc >= cut
+        tiles = np.concatenate([best, tiles[ok]])
+        merged = {key: np.concatenate([best_stats.get(key, v[:0]), v[ok]])
+                  for key, v in stats.items()}
+    else:
+        tiles, merged = best, best_stats
+    if tiles.shape[0] == 0:
+        return tiles, merged
+    order = _ranked(tiles, merged)[:top_k]
+    return tiles[order], {key: v[order] for key, v in merged.items()}
+
+
+def _sub(stats: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {key: v[mask] for key, v in stats.items()}
+
+
+def _ranked(tiles: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+    """Row order, best first (the ranking in the module docstring)."""
+    if tiles.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    l2 = stats.get("l2_bytes", np.zeros(tiles.shape[0], np.int64))
+    keys = [tiles[:, j] for j in range(tiles.shape[1] - 1, -1, -1)]
+    keys += [stats["or"], stats["sm"], stats["il"], stats["wg"], l2,
+             -stats["flops_per_byte"], -stats["score"]]
+    return np.lexsort(keys)
+
+
+def _no_fit_message(flat: FlatContraction, hw: HwModel, c: Cost) -> str:
+    what = (f"{c.sm} bytes of local memory (max_mem {hw.max_mem})" if c.status == "over memory"
+            else f"{c.or_} accumulator bytes (max_regs {hw.max_regs})"
+            + (f" and {c.vregs} vector registers (registers {hw.registers})"
+               if hw.kind == "cpu" else ""))
+    return (f"hardware model {hw.name!r} cannot fit this operation: every tile is rejected, "
+            f"and even the all-1 tile over indices {', '.join(flat.names)} needs {what}")
+
+
+# -- the cost log --------------------------------------------------------------------------------
+
+def log_text(costs: Iterable[Cost]) -> str:
+    """The seed's text form, one block per tile."""
+    return "".join(c.log_text() + "\n" for c in costs)
+
+
+def json_lines(costs: Iterable[Cost]) -> str:
+    """One JSON record per tile ("version": 1, "tile": {index: size}, every statistic)."""
+    return "".join(json.dumps(c.to_json(), sort_keys=False) + "\n" for c in costs)
+
+
+def write_log(source: TiledPlan | Iterable[Cost], path: str | os.PathLike[str] | IO[str],
+              fmt: str | None = None) -> None:
+    """Write a plan's top tiles (or the given costs) as text or JSON lines.  `fmt` is "text" or
+    "jsonl"; by default a path ending in .jsonl/.json gets JSON lines, anything else text."""
+    costs = source.costs if isinstance(source, TiledPlan) else tuple(source)
+    if fmt is None:
+        name = str(path) if isinstance(path, str | os.PathLike) else getattr(path, "name", "")
+        fmt = "jsonl" if str(name).endswith((".jsonl", ".json")) else "text"
+    if fmt not in ("text", "jsonl"):
+        raise TileError(f"unknown cost-log format {fmt!r} (expected 'text' or 'jsonl')")
+    body = json_lines(costs) if fmt == "jsonl" else log_text(costs)
+    if isinstance(path, io.TextIOBase) or hasattr(path, "write"):
+        path.write(body)  # type: ignore[union-attr]
+    else:
+        Path(path).write_text(body, encoding="utf-8")

@@ -1,0 +1,167 @@
+"""Running compiled kernels: device buffers (pooled temporaries, bound inputs), input checks,
+poisoned outputs, launches in order with event timing, downloads and validation.  Shared by
+`compiler.Executable` and `bundle.BundledExecutable`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import TileError, ValidationError
+from .device import Runtime, event_seconds
+from .memory import MemoryPlan
+
+NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
+POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
+          "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB)}
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    kind: str
+    global_size: int
+    local_size: int | None
+    tile: dict[str, int]
+    cost: str
+    flops: int
+    args: tuple[str, ...]
+
+
+@dataclass
+class Validation:
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+    worst: str = ""
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+class Launcher:
+    """Kernels in launch order over named device buffers.  Subclasses set the attributes
+    below (through `_setup`) and implement `check`."""
+
+    runtime: Runtime
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kernels: list[KernelInfo]
+    validate: bool
+
+    def _setup(self, runtime: Runtime, inputs: tuple[str, ...], outputs: tuple[str, ...],
+               specs: Mapping[str, BufferSpec], kernels: list[KernelInfo], cl_kernels: dict,
+               memory: MemoryPlan | None, validate: bool) -> None:
+        runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
+        self.runtime = runtime
+        self.inputs, self.outputs = inputs, outputs
+        self.specs = dict(specs)
+        self.kernels = kernels
+        self._kernels = cl_kernels
+        self.memory = memory
+        self.validate = validate
+        self.last_timings: dict[str, float] = {}
+        self.last_validation: Validation | None = None
+        self._buffers: dict[object, object] = {}
+        self._bound: dict[str, np.ndarray] = {}
+
+    def check(self, inputs: Mapping[str, np.ndarray],
+              outs: Mapping[str, np.ndarray]) -> Validation:
+        raise NotImplementedError
+
+    def _buffer(self, name: str):
+        slot = self.memory.slot_of.get(name) if self.memory else None
+        key: object = name if slot is None else ("pool", slot)
+        if key not in self._buffers:
+            nbytes = self.specs[name].nbytes if slot is None else self.memory.slot_bytes[slot]
+            self._buffers[key] = self.runtime.buffer(nbytes)
+        return self._buffers[key]
+
+    def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Upload inputs that stay the same between calls (weights) once; later calls may
+        leave them out."""
+        prepared = self._inputs(arrays, partial=True)
+        for name, arr in prepared.items():
+            self.runtime.upload(self._buffer(name), arr)
+        self._bound.update(prepared)
+
+    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
+        return self.run(arrays)
+
+    def run(self, arrays: Mapping[str, np.ndarray], *, poison: bool = False,
+            repeat: int = 1) -> dict[str, np.ndarray]:
+        """Run every kernel `repeat` times (timings: the median per kernel), return outputs.
+        `poison` fills every buffer the kernels write with NaN (or a pattern) first."""
+        given = self._inputs(arrays, partial=bool(self._bound))
+        rt = self.runtime
+        for name, arr in given.items():
+            rt.upload(self._buffer(name), arr)
+        prepared = {**self._bound, **given}
+        missing = [n for n in self.inputs if n not in prepared]
+        if missing:
+            s = self.specs[missing[0]]
+            raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
+        if poison:
+            for name, s in self.specs.items():
+                if name not in self.inputs:
+                    rt.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
+        times: dict[str, list[float]] = {k.name: [] for k in self.kernels}
+        for _ in range(max(1, repeat)):
+            events = []
+            for k in self.kernels:
+                args = [self._buffer(a) for a in k.args]
+                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
+                                                 k.local_size, args)))
+            rt.finish()
+            for name, ev in events:
+                times[name].append(event_seconds(ev))
+        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
+        outs = {}
+        for name in self.outputs:
+            if name not in self.specs:  # an output that is an input passed straight through
+                outs[name] = prepared[name].copy()
+                continue
+            s = self.specs[name]
+            raw = rt.download(self._buffer(name), s.shape,
+                              np.uint8 if s.dtype == "bool" else NP[s.dtype])
+            outs[name] = raw.astype(np.bool_) if s.dtype == "bool" else raw
+        if self.validate:
+            self.last_validation = self.check(prepared, outs)
+            if not self.last_validation.ok:
+                raise ValidationError(f"results disagree with the numpy reference: "
+                                      f"{self.last_validation.worst}")
+        return outs
+
+    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
+                partial: bool = False) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self.inputs:
+            s = self.specs[name]
+            if name not in arrays:
+                if partial:
+                    continue
+                raise TileError(f"no array given for input {name} (shape {list(s.shape)})")
+            a = np.asarray(arrays[name])
+            if tuple(a.shape) != tuple(s.shape):
+                raise TileError(f"input {name} has shape {list(a.shape)}; the program was "
+                                f"compiled for {list(s.shape)}")
+            a = a.astype(NP[s.dtype], copy=False)
+            if s.dtype == "bool":
+                a = a.astype(np.uint8)
+            # ascontiguousarray makes a 0-d scalar 1-d: keep the declared shape.
+            out[name] = np.ascontiguousarray(a).reshape(a.shape)
+        extra = set(arrays) - set(self.inputs)
+        if extra:
+            raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
+                            f"{', '.join(self.inputs)})")
+        return out
+
+    def gflops(self) -> dict[str, float]:
+        return {k.name: k.flops / self.last_timings[k.name] * 1e-9
+                for k in self.kernels if self.last_timings.get(k.name)}
