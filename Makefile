@@ -21,7 +21,7 @@ run: install
 # without it (no package index) those tests are skipped, as the warning says.
 oclgrind: install
 	@$(BIN)/python -c "from tests import grind; grind.install()" \
-		|| echo "warning: oclgrind could not be installed; tests/test_oclgrind.py will be skipped"
+		|| echo "warning: oclgrind could not be installed; tests/runtime/test_oclgrind.py will be skipped"
 
 test: install oclgrind
 	$(BIN)/python -m pytest -q

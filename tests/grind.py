@@ -21,7 +21,7 @@ their programs from graphs and ONNX models and check them against their own refe
 (tests/grind_pytest.py).
 
 Used by `benchmarks/oclgrind_check.py` (every kernel of the test corpus) and
-`tests/test_oclgrind.py` (a few, in CI, when the venv exists).
+`tests/runtime/test_oclgrind.py` (a few, in CI, when the venv exists).
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def _worker(mode: str) -> None:
 
 # -- the corpus ------------------------------------------------------------------------------------
 
-FORCED_TILES = [  # as tests/test_kernels.py forces them on conv_same_relu
+FORCED_TILES = [  # as tests/codegen/test_kernels.py forces them on conv_same_relu
     {"ci": 8, "co": 2, "i": 1, "j": 3, "n": 1, "x": 4, "y": 2},
     {"ci": 4, "co": 6, "i": 3, "j": 1, "n": 2, "x": 1, "y": 7},
     {"ci": 8, "co": 4, "i": 2, "j": 2, "n": 2, "x": 3, "y": 3},

@@ -28,10 +28,11 @@ from typing import Any
 
 from .grind import ROOT, Job
 
-GRAPH_TESTS = ("tests/test_graph.py", "tests/test_passes.py", "tests/test_memory.py")
-ONNX_TESTS = ("tests/test_onnx.py",)
+GRAPH_TESTS = ("tests/graph/test_graph.py", "tests/graph/test_passes.py",
+               "tests/runtime/test_memory.py")
+ONNX_TESTS = ("tests/onnx/test_onnx.py",)
 # Kernel tests beyond kernel_cases: split reductions (barriers and a local tree) and staging.
-KERNEL_TESTS = ("tests/test_split_reduction.py", "tests/test_staging.py")
+KERNEL_TESTS = ("tests/codegen/test_split_reduction.py", "tests/codegen/test_staging.py")
 # Tests per job: a child imports test_onnx in ~4 s.
 PER_JOB = {"graph": 6, "onnx": 24, "kernel-tests": 30}
 # Tests that take minutes under oclgrind run in a job of their own with this time limit (s).

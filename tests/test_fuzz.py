@@ -26,6 +26,7 @@ from tilec.plan.fuse import ContractionKernel, plan_kernels
 from tilec.plan.hw import HwModel, list_models
 
 from .kernel_cases import CASES, INT_CASES
+from .lang.test_parse import TOKENS
 from .progen import (
     HW_MODELS,
     OPENCL_NAMES,
@@ -35,7 +36,6 @@ from .progen import (
     choose,
     contraction_program,
 )
-from .test_parse import TOKENS
 
 # Work limits for the stages after check: a mutation can turn a size into 10**9, and the
 # reference would then enumerate that many points (a test-harness limit, not a tilec one).

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import tilec.onnx.importer as tonnx  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
-from .device import needs_device  # noqa: E402
+from ..device import needs_device  # noqa: E402
 
 device = needs_device
 RNG = np.random.default_rng(23)

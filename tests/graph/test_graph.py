@@ -10,8 +10,8 @@ from tilec.errors import TileError
 from tilec.graph import ops
 from tilec.graph.builder import Graph
 
-from .device import needs_device
-from .graph_refs import close, conv_nchw, pool_nchw, run, sigmoid, softmax
+from ..device import needs_device
+from ..graph_refs import close, conv_nchw, pool_nchw, run, sigmoid, softmax
 
 device = needs_device
 RNG = np.random.default_rng(7)

@@ -64,7 +64,7 @@ def test_seed_example_has_exactly_the_seed_values() -> None:
 
 
 def test_load_by_path_equals_load_by_name() -> None:
-    path = Path(__file__).resolve().parent.parent / "hwmodels" / "nvidia-h100.toml"
+    path = Path(__file__).resolve().parents[2] / "hwmodels" / "nvidia-h100.toml"
     assert HwModel.load(path) == HwModel.load(str(path)) == HwModel.load("nvidia-h100")
 
 

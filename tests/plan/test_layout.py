@@ -18,7 +18,7 @@ from tilec.plan.layout import (
     thread_split,
 )
 
-from .flats import seed_flat
+from ..flats import seed_flat
 
 SEED_TILE = (8, 32, 2, 3, 16, 2, 2)
 

@@ -10,8 +10,8 @@ from tilec.errors import TileError
 from tilec.graph import ops, passes
 from tilec.graph.builder import Graph
 
-from .device import needs_device
-from .graph_refs import close, conv_nchw, run, sigmoid
+from ..device import needs_device
+from ..graph_refs import close, conv_nchw, run, sigmoid
 
 device = needs_device
 RNG = np.random.default_rng(11)
@@ -211,7 +211,7 @@ def test_scale_bias_activation_variants_fold_into_conv_and_matmul():
     close(outs["m"], sigmoid((a @ b) * s2 + t2))
 
 
-# reshapes read in place (tilec.graph.views) ------------------------------------------------------------
+# reshapes read in place (tilec.graph.views) --------------------------------------------------
 
 def _head(kind):
     """A global-pool classifier head whose reshape only drops unit dimensions, and numpy's

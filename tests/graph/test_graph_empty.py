@@ -13,8 +13,8 @@ from tilec.graph import ops
 from tilec.graph.builder import Graph
 from tilec.graph.empty import eliminate_empty, has_empty
 
-from .device import needs_device
-from .graph_refs import close
+from ..device import needs_device
+from ..graph_refs import close
 
 device = needs_device
 RNG = np.random.default_rng(11)

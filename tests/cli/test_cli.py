@@ -10,7 +10,7 @@ import pytest
 import tilec
 from tilec.cli.main import main
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 MATMUL = ("// shapes: A=3x5 B=5x2\n"
           "function (A[M, K], B[K, N]) -> (C, D) {\n"

@@ -15,8 +15,8 @@ from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 from tilec.plan.schedule import make_schedule
 
-from .device import needs_device
-from .kernel_cases import CASES
+from ..device import needs_device
+from ..kernel_cases import CASES
 
 
 def _schedules():

@@ -24,7 +24,7 @@ from tilec.plan.flatten import flatten
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.reduce import describe_steps, fmt, render
 
-from .kernel_cases import CASES, TRANSPOSED_CASES, conv_transpose_nhwc
+from ..kernel_cases import CASES, TRANSPOSED_CASES, conv_transpose_nhwc
 
 P = ir.Poly
 

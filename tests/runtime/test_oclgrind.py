@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from . import grind
+from .. import grind
 
 ICD = grind.find_icd()
 pytestmark = pytest.mark.skipif(ICD is None, reason=f"oclgrind is not installed in "
@@ -25,9 +25,10 @@ SUBSET = ["conv_same_relu/nvidia-h100", "matmul_odd/pocl-cpu", "strided_output/s
 # ONNX node cases in one process, the second reusing the first's released buffer slots (what
 # oclgrind's uninitialised-value plugin misreports without the worker's workaround).
 TEST_JOBS = {
-    "graph/conv2d_groups": ("tests/test_graph.py::test_conv2d[NCHW-groups]",),
-    "onnx/conv_then_softmax": ("tests/test_onnx.py::test_node_case[test_conv_with_strides_padding]",
-                               "tests/test_onnx.py::test_node_case[test_softmax_axis_0]"),
+    "graph/conv2d_groups": ("tests/graph/test_graph.py::test_conv2d[NCHW-groups]",),
+    "onnx/conv_then_softmax": (
+        "tests/onnx/test_onnx.py::test_node_case[test_conv_with_strides_padding]",
+        "tests/onnx/test_onnx.py::test_node_case[test_softmax_axis_0]"),
 }
 
 

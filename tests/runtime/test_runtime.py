@@ -8,7 +8,7 @@ import tilec
 from tilec.errors import BuildError, DeviceError, TileError
 from tilec.runtime.device import Runtime
 
-from .device import needs_device
+from ..device import needs_device
 
 pytestmark = needs_device
 

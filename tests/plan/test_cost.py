@@ -14,7 +14,7 @@ from tilec.plan.cost import cost_from_many, score, score_many
 from tilec.plan.flat import FlatContraction, FlatTensor
 from tilec.plan.hw import HwModel
 
-from .flats import matmul_flat, seed_flat
+from ..flats import matmul_flat, seed_flat
 
 SEED_HW = HwModel.load("seed-example")
 CPU = HwModel.load("pocl-cpu")

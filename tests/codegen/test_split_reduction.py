@@ -14,11 +14,11 @@ from tilec.plan.fuse import ContractionKernel, plan_kernels
 from tilec.plan.hw import HwModel
 from tilec.plan.schedule import make_schedule
 
-from .device import needs_device
-from .kernel_cases import CASES
+from ..device import needs_device
+from ..kernel_cases import CASES
 from .test_kernels import run_case
 
-SOFTMAX = (Path(__file__).resolve().parent.parent / "examples" / "softmax.tile").read_text()
+SOFTMAX = (Path(__file__).resolve().parents[2] / "examples" / "softmax.tile").read_text()
 
 
 def row(agg: str) -> str:

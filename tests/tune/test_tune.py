@@ -24,7 +24,7 @@ from tilec.tune import measure as tune_mod
 from tilec.tune.measure import spearman, tune
 from tilec.tune.records import DeviceKey, RecordStore, TuneRecord, default_path
 
-from .device import needs_device
+from ..device import needs_device
 
 device = needs_device
 

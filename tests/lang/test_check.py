@@ -13,7 +13,7 @@ import tilec
 from tilec.errors import Source, TileCheckError, TileError
 from tilec.lang import ir
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RNG = np.random.default_rng(7)
 
 

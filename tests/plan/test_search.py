@@ -17,7 +17,7 @@ from tilec.plan.flat import FlatContraction, FlatTensor
 from tilec.plan.hw import HwModel
 from tilec.plan.search import candidates, score_tile, search, write_log
 
-from .flats import matmul_flat, seed_flat
+from ..flats import matmul_flat, seed_flat
 
 SEED_HW = HwModel.load("seed-example")
 CPU = HwModel.load("pocl-cpu")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tilec.cli.main import main
 
-from .device import needs_device
+from ..device import needs_device
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = str(ROOT / "examples" / "seed_conv.tile")
 MATMUL = str(ROOT / "examples" / "matmul.tile")
 

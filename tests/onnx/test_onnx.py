@@ -20,8 +20,8 @@ import tilec.onnx.importer as tonnx  # noqa: E402
 from tilec.cli.main import main  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
-from .device import needs_device  # noqa: E402
-from .onnx_cases import (  # noqa: E402
+from ..device import needs_device  # noqa: E402
+from ..onnx_cases import (  # noqa: E402
     UNSUPPORTED,
     Case,
     data_cases,

@@ -7,7 +7,7 @@ import numpy as np
 import tilec
 from tilec.graph import ops
 
-from .device import needs_device
+from ..device import needs_device
 
 pytestmark = needs_device
 

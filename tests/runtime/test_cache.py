@@ -32,11 +32,11 @@ from tilec.runtime.cache import (
 )
 from tilec.runtime.device import DeviceInfo
 
-from .device import needs_device
+from ..device import needs_device
 
 device = needs_device
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MATMUL = ("// shapes: A=12x20 B=20x6\n"
           "function (A[M, K], B[K, N]) -> (C) {\n"
           "  C[m, n : M, N] = +(A[m, k] * B[k, n]);\n"

@@ -10,8 +10,8 @@ import tilec
 from tilec.cli.main import random_array
 from tilec.config import Config
 
-from .device import needs_device
-from .kernel_cases import CASES, INT_CASES
+from ..device import needs_device
+from ..kernel_cases import CASES, INT_CASES
 
 pytestmark = needs_device
 
