@@ -9,10 +9,12 @@ import pytest
 def _private_program_cache(tmp_path_factory):
     """Keep every test's program binaries out of the user's cache directory: a Config without
     `cache_dir` gets a directory of this session instead."""
+    from tilec import memo
     from tilec.runtime import cache
 
     root = tmp_path_factory.mktemp("tilec-cache")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(memo, "default_cache_root", lambda: root)
         mp.setattr(cache, "default_cache_root", lambda: root)
         yield root
 

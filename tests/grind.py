@@ -272,10 +272,10 @@ def _worker(mode: str) -> None:
 
     import numpy as np
 
-    from tilec.cli.main import random_array
     from tilec.compiler import compile as tile_compile
     from tilec.config import Config
     from tilec.errors import TileError
+    from tilec.lang.reference import random_array
 
     warnings.simplefilter("ignore")  # stderr is oclgrind's
     job = json.loads(sys.stdin.read())

@@ -14,11 +14,11 @@ import pytest
 
 import tilec
 from tilec.bundle import BundleError, BundleWarning, load, write_bundle
-from tilec.cli.main import main, random_array
+from tilec.cli.main import main
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.errors import TileError
-from tilec.lang.reference import evaluate_program
+from tilec.lang.reference import evaluate_program, random_array
 from tilec.tune.measure import tune
 
 from .device import needs_device

@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli.main import random_array
-from tilec.compiler import compare
 from tilec.config import Config
 from tilec.errors import TileCheckError, TileError
-from tilec.lang.reference import evaluate_program
+from tilec.lang.reference import evaluate_program, random_array
 from tilec.plan.fuse import plan_kernels
+from tilec.runtime.launch import compare
 
 from .device import needs_device
 from .progen import CHOICE_SALT, TALLY, RandomPicker, choose, contraction_program

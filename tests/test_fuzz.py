@@ -16,12 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec.cli.main import random_array
-from tilec.compiler import generate
+from tilec.codegen.generate import generate
 from tilec.config import Config
 from tilec.errors import TileCheckError, TileError, TileSyntaxError
 from tilec.lang import ir
-from tilec.lang.reference import evaluate_program, index_bounds
+from tilec.lang.reference import evaluate_program, index_bounds, random_array
 from tilec.plan.fuse import ContractionKernel, plan_kernels
 from tilec.plan.hw import HwModel, list_models
 

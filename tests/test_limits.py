@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli.main import random_array
-from tilec.compiler import generate
+from tilec.codegen.generate import generate
 from tilec.config import Config
 from tilec.errors import DeviceError, TileCheckError, TileError
+from tilec.lang.reference import random_array
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 from tilec.runtime.cache import ProgramCache
@@ -164,7 +164,7 @@ WORKER = """
 import sys, time
 from pathlib import Path
 import numpy as np
-from tilec.cli.main import random_array
+from tilec.lang.reference import random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.tune.measure import tune
@@ -224,7 +224,7 @@ INTERRUPTED = """
 import sys
 from pathlib import Path
 import numpy as np
-from tilec.cli.main import random_array
+from tilec.lang.reference import random_array
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.tune.measure import tune

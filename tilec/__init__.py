@@ -6,8 +6,7 @@ from .errors import TileError
 from .graph import ops
 from .graph.builder import Graph, GraphExecutable
 from .lang.api import check_program, evaluate, parse
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["Executable", "Graph", "GraphExecutable", "TileError", "__version__",
            "check_program", "compile", "evaluate", "load", "onnx", "ops", "parse"]

@@ -35,11 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from .compiler import compare
 from .config import Config
 from .errors import DeviceError, TileError
 from .runtime.device import DeviceInfo, Runtime
-from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation
+from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation, compare
 from .tune.records import TuneRecord
 
 FORMAT = "tilec-bundle"
@@ -59,10 +58,39 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def manifest(exe) -> dict:
+    """The launch manifest of a compiled executable: buffers, kernels in launch order with their
+    arguments and sizes, build options, device and hardware model (`compile --manifest`)."""
+    p = exe.program
+    buffers = []
+    for name in exe.plan.buffers():
+        t = p.tensors[name]
+        role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
+        buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
+                        "bytes": exe.specs[name].nbytes})
+    kernels = []
+    for s in exe.sources:
+        kernels.append({
+            "name": s.name, "kind": s.kind, "global_size": [s.global_size],
+            "local_size": None if s.local_size is None else [s.local_size],
+            "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
+                      else "write", "dtype": a.dtype, "elements": a.elems}
+                     for i, a in enumerate(s.args)],
+            "tile": s.tile, "flops": s.flops,
+        })
+    info = exe.runtime.info
+    from .version import __version__
+
+    return {"version": 1, "tilec": __version__, "inputs": list(p.inputs),
+            "outputs": list(p.outputs), "buffers": buffers, "kernels": kernels,
+            "build_options": list(exe.config.build_options),
+            "device": {"platform": info.platform, "name": info.name, "driver": info.driver},
+            "hw_model": exe.hw.name}
+
+
 def write_bundle(exe, path: str | os.PathLike[str]) -> str:
     """Write `exe` (a compiled `Executable`) as a bundle; returns a one-line summary."""
-    from . import __version__
-    from .cli.run import manifest
+    from .version import __version__
 
     program = exe.program
     binary = exe.runtime.binary_of(exe._cl_program)

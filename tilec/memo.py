@@ -19,6 +19,13 @@ from typing import Any
 _MAGIC = b"TILECMEMO1\n"
 
 
+def default_cache_root() -> Path:
+    """tilec's cache directory when the config names none (the user cache directory)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("tilec"))
+
+
 def _pack(key: str, body: bytes) -> bytes:
     head = json.dumps({"key": key, "sha256": hashlib.sha256(body).hexdigest(),
                        "length": len(body)}).encode()

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.cli.main import random_array
 from tilec.config import Config
+from tilec.lang.reference import random_array
 
 from ..device import needs_device
 from ..kernel_cases import CASES, INT_CASES

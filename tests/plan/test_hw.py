@@ -11,6 +11,7 @@ import pytest
 
 from tilec.errors import HardwareModelError
 from tilec.plan.hw import HwModel, list_models, register_tile_for
+from tilec.plan.hw_device import auto, from_device
 
 SHIPPED = ["adreno-640", "intel-uhd", "mali-g52", "nvidia-h100", "pocl-cpu", "seed-example"]
 
@@ -225,7 +226,7 @@ def test_from_device_gpu_rules() -> None:
         local_mem_size=49152, local_mem_type=1, global_mem_cacheline_size=128,
         global_mem_cache_size=4325376, preferred_vector_width_float=1, max_clock_frequency=1980,
     )
-    m = HwModel.from_device(h100)
+    m = from_device(h100)
     assert (m.kind, m.staging, m.threads, m.mem_width) == ("gpu", "local", 256, 128)
     assert (m.max_mem, m.goal_groups, m.vec_size, m.compute_units) == (24576, 528, 4, 132)
     assert m.name == "device:nvidia-h100-80gb-hbm3" and m.device_name == "NVIDIA H100 80GB HBM3"
@@ -234,7 +235,7 @@ def test_from_device_gpu_rules() -> None:
 def test_from_device_emulated_local_memory_means_global_staging() -> None:
     mali = fake_device(name="Mali-G52", type=4, max_compute_units=2, max_work_group_size=384,
                        local_mem_size=32768, local_mem_type=2, global_mem_cacheline_size=64)
-    m = HwModel.from_device(mali)
+    m = from_device(mali)
     assert (m.staging, m.threads) == ("global", 256)
 
 
@@ -246,7 +247,7 @@ def test_from_device_tolerates_failing_queries() -> None:
         def __getattr__(self, attr: str) -> object:
             raise RuntimeError(f"{attr}: CL_INVALID_VALUE")
 
-    m = HwModel.from_device(Stubborn())
+    m = from_device(Stubborn())
     assert (m.kind, m.threads, m.mem_width) == ("gpu", 256, 64)
 
 
@@ -265,7 +266,7 @@ def pocl_cpu_device():  # type: ignore[no-untyped-def]
 
 @pytest.mark.device
 def test_from_device_on_the_pocl_cpu() -> None:
-    m = HwModel.from_device(pocl_cpu_device())
+    m = from_device(pocl_cpu_device())
     assert (m.kind, m.staging, m.threads) == ("cpu", "global", 1)
     assert m.vec_size in (4, 8, 16)
     assert m.compute_units >= 1 and m.goal_groups >= m.compute_units
@@ -281,4 +282,4 @@ def test_from_device_on_the_pocl_cpu() -> None:
 @pytest.mark.device
 def test_auto_with_the_pocl_cpu() -> None:
     device = pocl_cpu_device()
-    assert HwModel.auto(device) == HwModel.from_device(device)
+    assert auto(device) == from_device(device)

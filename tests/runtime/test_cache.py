@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.cli.main import cache_settings, main
-from tilec.cli.run import make_config
+from tilec.cli.main import main
+from tilec.cli.options import cache_settings, make_config
 from tilec.config import Config
 from tilec.errors import BuildError
 from tilec.runtime.cache import (

@@ -11,9 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tilec.cli.main import main, random_array
+from tilec.cli.main import main
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
+from tilec.lang.reference import random_array
 from tilec.plan.worksize import (
     elementwise_local_sizes,
     mace_local_sizes,

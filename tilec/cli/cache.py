@@ -10,7 +10,7 @@ from ..runtime.cache import ProgramCache
 
 
 def _cache() -> ProgramCache:
-    from .main import cache_settings
+    from .options import cache_settings
 
     return ProgramCache.for_config(Config(**cache_settings()))
 

@@ -14,6 +14,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.flatten import describe
     from ..plan.fuse import ContractionKernel, plan_kernels
     from ..plan.hw import HwModel
+    from ..plan.hw_device import from_device
     from ..plan.schedule import make_schedule
     from ..plan.search import score_tile, search, write_log
 
@@ -23,7 +24,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         from ..runtime.device import Runtime
 
         rt = Runtime.get(device)
-        hw = HwModel.from_device(rt.device, max_vec=rt.vector_limit)
+        hw = from_device(rt.device, max_vec=rt.vector_limit)
     else:
         hw = HwModel.load(hw_name)
     out = [f"hardware model: {hw.describe()}", ""]
@@ -108,11 +109,10 @@ def _points(s) -> list:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .main import _shapes
-    from .run import parse_tiles
+    from .options import parse_tiles, shapes_from
 
     src = read_source(args.file)
-    text = explain(src, _shapes(args, src), args.dtype, args.hw, args.device,
+    text = explain(src, shapes_from(args, src), args.dtype, args.hw, args.device,
                    parse_tiles(args.tile), args.top, args.cost_log)
     print(text, end="")
     return 0

@@ -35,14 +35,14 @@ def load_graph(path: str, shapes: dict[str, tuple[int, ...]],
 def _inputs(args: argparse.Namespace) -> tuple[dict[str, tuple[int, ...]],
                                                dict[str, np.ndarray]]:
     from ..lang.source import parse_shape
-    from .main import _load_inputs
+    from .options import load_inputs
 
     shapes = dict(parse_shape(s) for s in (args.shape or []))
-    return shapes, _load_inputs(args.input or [])
+    return shapes, load_inputs(args.input or [])
 
 
 def random_inputs(g: Graph, given: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-    from .main import random_array
+    from ..lang.reference import random_array
 
     rng = np.random.default_rng(seed)
     return {k: given[k] if k in given else random_array(rng, t.shape, t.dtype)
@@ -56,10 +56,10 @@ def _passes(args: argparse.Namespace) -> list[str] | None:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from ..compiler import compare
     from ..graph.builder import GraphExecutable
     from ..graph.passes import trace
-    from .run import make_config
+    from ..runtime.launch import compare
+    from .options import make_config
 
     shapes, given = _inputs(args)
     g = load_graph(args.file, shapes, given)
@@ -104,7 +104,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_onnx(args: argparse.Namespace) -> int:
     from ..onnx.importer import load, read_model
-    from .run import make_config
+    from .options import make_config
 
     shapes, given = _inputs(args)
     model = read_model(args.file)
@@ -189,7 +189,7 @@ def _validate(model, exe, arrays: dict[str, np.ndarray], outs: dict[str, np.ndar
 
 
 def register(sub, common) -> None:
-    from .run import add_device_options
+    from .options import add_device_options
 
     def shared(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",

@@ -3,48 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import Source, TileError
-from ..lang.source import default_shapes, parse_shape, read_source
-
-
-def cache_settings() -> dict[str, Path]:
-    """Config fields from the environment.  The one place tilec reads TILEC_CACHE_DIR: library
-    stages get it through `Config.cache_dir`."""
-    root = os.environ.get("TILEC_CACHE_DIR")
-    return {"cache_dir": Path(root).expanduser()} if root else {}
-
-
-def _shapes(args: argparse.Namespace, source: Source) -> dict[str, tuple[int, ...]]:
-    given = dict(parse_shape(s) for s in (args.shape or []))
-    return given if given else default_shapes(source)
-
-
-def _load_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
-    out = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name:
-            raise TileError(f"--input: expected NAME=FILE.npy, got {spec!r}")
-        try:
-            out[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise TileError(f"--input {name}: cannot load {path!r} as a .npy array ({e})") \
-                from None
-    return out
+from ..errors import TileError
+from ..lang.reference import random_array
+from ..lang.source import read_source
+from .options import load_inputs, shapes_from
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ..lang.api import check_program
 
     src = read_source(args.file)
-    program = check_program(src, _shapes(args, src), args.dtype)
+    program = check_program(src, shapes_from(args, src), args.dtype)
     for name, t in program.tensors.items():
         role = ("input" if name in program.inputs else
                 "output" if name in program.outputs else "temporary")
@@ -59,10 +34,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..lang.reference import evaluate_program
 
     src = read_source(args.file)
-    arrays = _load_inputs(args.input or [])
+    arrays = load_inputs(args.input or [])
     # Inputs given as arrays keep their shapes and element types (as `tilec.evaluate` does);
     # the others take --shape (or the `// shapes:` comment) and --dtype.
-    shapes = {**_shapes(args, src), **{k: a.shape for k, a in arrays.items()}}
+    shapes = {**shapes_from(args, src), **{k: a.shape for k, a in arrays.items()}}
     fn = parse(src)
     dtypes = {i.name: normalize_dtype(arrays[i.name].dtype, f"--input {i.name}")
               if i.name in arrays else args.dtype for i in fn.inputs}
@@ -82,15 +57,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if save:
             np.save(save / f"{name}.npy", arr)
     return 0
-
-
-def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Random test data: never zeros, never all-equal."""
-    if dtype == "int32":
-        return rng.integers(-8, 9, size=shape).astype(np.int32)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
 
 
 def build_parser() -> argparse.ArgumentParser:

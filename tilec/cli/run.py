@@ -8,83 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
-from ..config import Config
 from ..errors import TileError
 from ..lang.source import read_source
-
-
-def parse_tiles(specs: list[str] | None) -> dict[str, dict[str, int]]:
-    """`--tile ci=8,co=32` (every contraction) or `--tile O:ci=8,co=32` (the one writing O)."""
-    out: dict[str, dict[str, int]] = {}
-    for spec in specs or []:
-        target, sep, body = spec.rpartition(":")
-        target = target if sep else "*"
-        sizes = {}
-        for item in body.split(","):
-            name, eq, val = item.partition("=")
-            if not eq or not val.strip().isdigit() or int(val) <= 0:
-                raise TileError(f"--tile: expected INDEX=SIZE[,INDEX=SIZE...], got {item!r}")
-            sizes[name.strip()] = int(val)
-        out[target] = sizes
-    return out
-
-
-def make_config(args: argparse.Namespace) -> Config:
-    from .main import cache_settings
-
-    tiles = parse_tiles(getattr(args, "tile", None))
-    records = getattr(args, "records", None)
-    return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
-                  tiles=tiles, **cache_settings(),
-                  records_path=Path(records) if records else None,
-                  use_tuning_records=not getattr(args, "no_records", False))
-
-
-def add_device_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--device", help="substring of 'platform: device' (default: a GPU if "
-                    "there is one, else the CPU)")
-    sp.add_argument("--hw", help="hardware model: a shipped name, a .toml path, or 'auto' "
-                    "(derived from the device; the default)")
-    sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
-                    help="force a tile instead of searching")
-    sp.add_argument("--records", metavar="FILE.jsonl", help="tuning records to use (default: "
-                    "tuning.jsonl in the cache directory)")
-    sp.add_argument("--no-records", action="store_true",
-                    help="ignore tuning records: use the cost model's choices")
+from .options import add_device_options, make_config, shapes_from
 
 
 def _compile(args: argparse.Namespace, src):
     from ..compiler import compile as tile_compile
-    from .main import _shapes
-
-    return tile_compile(src, _shapes(args, src), dtype=args.dtype, config=make_config(args))
-
-
-def manifest(exe) -> dict:
-    p = exe.program
-    buffers = []
-    for name in exe.plan.buffers():
-        t = p.tensors[name]
-        role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
-        buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
-                        "bytes": exe.specs[name].nbytes})
-    kernels = []
-    for s in exe.sources:
-        kernels.append({
-            "name": s.name, "kind": s.kind, "global_size": [s.global_size],
-            "local_size": None if s.local_size is None else [s.local_size],
-            "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
-                      else "write", "dtype": a.dtype, "elements": a.elems}
-                     for i, a in enumerate(s.args)],
-            "tile": s.tile, "flops": s.flops,
-        })
-    info = exe.runtime.info
-    return {"version": 1, "tilec": __version__, "inputs": list(p.inputs),
-            "outputs": list(p.outputs), "buffers": buffers, "kernels": kernels,
-            "build_options": list(exe.config.build_options),
-            "device": {"platform": info.platform, "name": info.name, "driver": info.driver},
-            "hw_model": exe.hw.name}
+    return tile_compile(src, shapes_from(args, src), dtype=args.dtype, config=make_config(args))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -94,6 +25,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out.write_text(exe.source)
     print(f"wrote {out} ({len(exe.sources)} kernel{'s' if len(exe.sources) != 1 else ''})")
     if args.manifest:
+        from ..bundle import manifest
+
         Path(args.manifest).write_text(json.dumps(manifest(exe), indent=2) + "\n")
         print(f"wrote {args.manifest}")
     if args.bundle:
@@ -105,9 +38,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .main import _load_inputs, random_array
+    from ..lang.reference import random_array
+    from .options import load_inputs
 
-    arrays = _load_inputs(args.input or [])
+    arrays = load_inputs(args.input or [])
     if str(args.file).endswith(".tlc"):
         exe = _open_bundle(args)
         model = f"bundle {args.file} (" + ("its device binary" if exe.from_binary else
@@ -172,7 +106,7 @@ def _open_bundle(args: argparse.Namespace):
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from ..plan.hw import HwModel
+    from ..plan.hw_device import from_device
     from ..runtime.device import PROBE_WIDTHS, all_devices, describe, probe_result
 
     for d in all_devices():
@@ -185,7 +119,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
                  if limit and limit < PROBE_WIDTHS[0] else ""))
         print(f"  platform: {info.platform_version}")
         try:
-            print("  " + HwModel.from_device(d, max_vec=limit).describe().replace("\n", "\n  "))
+            print("  " + from_device(d, max_vec=limit).describe().replace("\n", "\n  "))
         except TileError as e:
             print(f"  no hardware model: {e}")
     return 0

@@ -42,8 +42,7 @@ class ProgressBar:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from ..tune.measure import describe, tune
-    from .main import _shapes
-    from .run import make_config
+    from .options import make_config, shapes_from
 
     if args.top_k < 1:
         raise TileError("--top-k must be at least 1")
@@ -53,7 +52,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     config = make_config(args)
     bar = ProgressBar()
     try:
-        report = tune(src, _shapes(args, src), dtype=args.dtype, config=config,
+        report = tune(src, shapes_from(args, src), dtype=args.dtype, config=config,
                       top_k=args.top_k, lws=args.lws, budget=args.budget, repeat=args.repeat,
                       warmup=args.warmup, progress=None if args.quiet else bar,
                       save=not args.no_save, seed=args.seed)
@@ -69,7 +68,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def register(sub, common) -> None:
-    from .run import add_device_options
+    from .options import add_device_options
 
     sp = sub.add_parser("tune", help="time the cost model's top tiles and local sizes; keep "
                         "the fastest as tuning records")

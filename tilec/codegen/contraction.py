@@ -1,5 +1,9 @@
 """Render OpenCL C from a `Schedule` (contractions with their post-ops) or a run of elementwise
-statements.  Python decides every expression here; the templates only lay the text out."""
+statements.  Python decides every expression here; the templates only lay the text out.
+
+Long (over 500 lines) because a contraction kernel's parts (group and thread indices, loads,
+the reduction loop, the post-ops and stores) share one set of naming rules; split apart, each
+piece would re-derive them."""
 
 from __future__ import annotations
 

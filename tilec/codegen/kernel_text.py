@@ -67,7 +67,7 @@ def template_env() -> jinja2.Environment:
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates kept in tilec's cache directory (jinja checks each against its
     template's source before use): compiling them is a fifth of a warm compile."""
-    from ..runtime.cache import default_cache_root
+    from ..memo import default_cache_root
 
     try:
         folder = default_cache_root() / "templates"

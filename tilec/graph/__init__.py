@@ -1,10 +1,14 @@
 """Graph frontends: a Python builder of tensor graphs, its op library and inference passes,
 lowered to one Tile program.
 
-`builder` (Graph, Value, Node, the executable), `ops` / `ops_extra` (every op generates Tile
-from its parameters), `passes` (dead nodes, folding, fusion), `views` (reshapes read in place),
-`empty` (zero-sized tensors), `lower` / `lower_ops` (graph -> Tile text)."""
+From the bottom up: `core` (values, nodes, the graph structure), `ops` / `ops_extra` (every op
+generates Tile from its parameters), `empty` (zero-sized tensors), `emit` (the Tile program and
+its emitter), `views` (reshapes read in place), `lower_ops` (one emitter per op), `lower`
+(graph -> Tile text), `passes` (dead nodes, folding, fusion), and `builder` (`Graph`: building,
+lowering, compiling; `GraphExecutable`)."""
 
-from .builder import Graph, GraphExecutable, Node, TensorType, Value, constant_array
+from . import ops
+from .builder import Graph, GraphExecutable
+from .core import Node, TensorType, Value, constant_array
 
-__all__ = ["Graph", "GraphExecutable", "Node", "TensorType", "Value", "constant_array"]
+__all__ = ["Graph", "GraphExecutable", "Node", "TensorType", "Value", "constant_array", "ops"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import TileError
 from . import ops
-from .builder import Graph, Node, TensorType, constant_array
+from .core import GraphBase, Node, TensorType, constant_array
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
 
@@ -40,7 +40,7 @@ def empty_array(t: TensorType) -> np.ndarray:
     return np.zeros(t.shape, NP_DTYPES[t.dtype])
 
 
-def has_empty(g: Graph) -> bool:
+def has_empty(g: GraphBase) -> bool:
     return any(is_empty(g.type(v).shape) for v in
                [*g.inputs, *g.constants, *(n.output for n in g.nodes)])
 
@@ -62,7 +62,7 @@ def reduction_identity(kind: str, dtype: str) -> object:
     raise TileError(f"internal: unknown reduction {kind!r}")
 
 
-def eliminate_empty(g: Graph) -> Graph:
+def eliminate_empty(g: GraphBase) -> GraphBase:
     """`g` with no node reading or writing an empty tensor (see the module's description)."""
     if not has_empty(g):
         return g
@@ -79,18 +79,18 @@ def eliminate_empty(g: Graph) -> Graph:
     return out.prune()
 
 
-def _set_constant(g: Graph, name: str, array: np.ndarray, t: TensorType) -> None:
+def _set_constant(g: GraphBase, name: str, array: np.ndarray, t: TensorType) -> None:
     g.constants[name] = constant_array(array, t.dtype)
     g._types[name] = t
 
 
-def _fail(n: Node, operand: str, g: Graph) -> TileError:
+def _fail(n: Node, operand: str, g: GraphBase) -> TileError:
     return TileError(f"{n.op} node {n.output}: operand {operand} has no elements (shape "
                      f"{list(g.type(operand).shape)}) but its result {list(n.shape)} would "
                      "have some; this op does not support that")
 
 
-def _rewrite(out: Graph, n: Node, empty: str) -> None:
+def _rewrite(out: GraphBase, n: Node, empty: str) -> None:
     """`n` (non-empty result, an empty operand) written into `out` under its own name."""
     if n.op == "reduce":
         try:
@@ -133,7 +133,7 @@ def _rewrite(out: Graph, n: Node, empty: str) -> None:
     raise _fail(n, empty, out)
 
 
-def empty_outputs(g: Graph) -> dict[str, TensorType]:
+def empty_outputs(g: GraphBase) -> dict[str, TensorType]:
     """The outputs of `g` that have no elements."""
     return {k: g.type(v) for k, v in g.outputs.items() if is_empty(g.type(v).shape)}
 

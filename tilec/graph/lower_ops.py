@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .builder import Node
-from .lower import Emitter, affine, ew_text, lit
+from .core import Node
+from .emit import Emitter, affine, ew_text, lit
 from .ops import ELEMENTWISE
 
 

@@ -1,7 +1,10 @@
 """The op library of the graph frontend.  Each function checks its operands, infers the result's
 shape and adds one node; `tilec.lower` writes every node as Tile, so every op goes through the
 same compiler.  Layouts: "NCHW" (weights O, I/groups, kernel...) or "NHWC" (weights kernel...,
-I/groups, O); any number of spatial dimensions."""
+I/groups, O); any number of spatial dimensions.
+
+Long (over 500 lines) because it is the op library: one short function per op, each with its
+own checks; splitting by op family would scatter the shared broadcasting and layout helpers."""
 
 from __future__ import annotations
 
@@ -11,21 +14,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import TileError
-from .builder import Graph, Value
+from .core import GraphBase, Value, register_operators
 
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "relu6", "leaky_relu",
                          "sigmoid", "tanh", "clip", "sqrt", "exp", "fused"})
 ACTIVATIONS = frozenset({"relu", "relu6", "leaky_relu", "sigmoid", "tanh", "clip"})
 
 
-def _graph(*xs: object) -> Graph:
+def _graph(*xs: object) -> GraphBase:
     for x in xs:
         if isinstance(x, Value):
             return x.graph
     raise TileError("an op needs at least one graph value among its operands")
 
 
-def _value(g: Graph, x: object, like: str) -> Value:
+def _value(g: GraphBase, x: object, like: str) -> Value:
     if isinstance(x, Value):
         return x
     if isinstance(x, bool | int | float | np.number | np.ndarray):
@@ -503,6 +506,9 @@ def concat(values: Sequence[Value], axis: int = 0) -> Value:
     dtype = max((v.dtype for v in values), key=("bool", "int32", "float16", "float32").index)
     return first.graph.add_node("concat", list(values), shape, dtype, axis=ax)
 
+
+# Value's arithmetic operators are these functions.
+register_operators(add=add, sub=sub, mul=mul, div=div, neg=neg)
 
 __all__ = ["ACTIVATIONS", "ELEMENTWISE", "add", "avg_pool2d", "batchnorm", "clip", "concat",
            "conv", "conv2d", "conv_transpose", "div", "exp", "flatten", "gemm", "global_avg_pool",

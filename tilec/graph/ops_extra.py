@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import TileError
 from . import ops
-from .builder import Value
+from .core import Value
 
 
 def batchnorm_training(x: Value, scale: Value, bias: Value, mean: Value, var: Value, *,

@@ -24,14 +24,14 @@ import numpy as np
 
 from ..errors import TileError
 from . import ops
-from .builder import Graph, Node, Value, constant_array
-from .lower import ew_text
+from .core import GraphBase, Node, Value, constant_array
+from .emit import ew_text
 from .views import reshape_views
 
 CONTRACTIONS = ("conv", "gemm", "matmul")
 
 
-def eliminate_dead_nodes(g: Graph) -> Graph:
+def eliminate_dead_nodes(g: GraphBase) -> GraphBase:
     alias: dict[str, str] = {}
     outputs = set(g.outputs.values())
     nodes = []
@@ -44,7 +44,7 @@ def eliminate_dead_nodes(g: Graph) -> Graph:
     return g.derive(nodes).prune()
 
 
-def batchnorm_to_elementwise(g: Graph) -> Graph:
+def batchnorm_to_elementwise(g: GraphBase) -> GraphBase:
     out = g.derive()
     for n in g.nodes:
         if n.op != "batchnorm" or not all(g.is_constant(p) for p in n.inputs[1:]):
@@ -72,7 +72,7 @@ def _reshaped(v: Value, shape: tuple[int, ...]) -> Value:
     return v if v.shape == shape else ops.reshape(v, shape)
 
 
-def fold_constants(g: Graph) -> Graph:
+def fold_constants(g: GraphBase) -> GraphBase:
     known = set(g.constants)
     folded: list[Node] = []
     for n in g.nodes:
@@ -95,7 +95,7 @@ def fold_constants(g: Graph) -> Graph:
     return out.prune()
 
 
-def _channel_vector(g: Graph, v: str, out_shape: tuple[int, ...], axis: int) -> bool:
+def _channel_vector(g: GraphBase, v: str, out_shape: tuple[int, ...], axis: int) -> bool:
     """Whether constant `v` broadcasts to `out_shape` varying along `axis` only."""
     if not g.is_constant(v):
         return False
@@ -117,7 +117,7 @@ def _as_vector(v: Value, c: int) -> Value:
     return _reshaped(v, () if int(np.prod(v.shape)) == 1 else (c,))
 
 
-def _sole_consumer(g: Graph, n: Node) -> Node | None:
+def _sole_consumer(g: GraphBase, n: Node) -> Node | None:
     if n.output in g.outputs.values():
         return None
     users = g.consumers(n.output)
@@ -128,7 +128,7 @@ def _other(n: Node, name: str) -> str:
     return n.inputs[1] if n.inputs[0] == name else n.inputs[0]
 
 
-def fold_scale_into_weights(g: Graph) -> Graph:
+def fold_scale_into_weights(g: GraphBase) -> GraphBase:
     plan: dict[str, tuple[Node, Node]] = {}  # mul output -> (contraction, mul)
     for n in g.nodes:
         if n.op not in CONTRACTIONS or n.get("activation") is not None \
@@ -167,7 +167,7 @@ def fold_scale_into_weights(g: Graph) -> Graph:
     return out
 
 
-def _bias_fits(g: Graph, c: Node, v: str) -> bool:
+def _bias_fits(g: GraphBase, c: Node, v: str) -> bool:
     if v == c.output:  # `y + y` is no bias
         return False
     if c.op == "conv":
@@ -186,7 +186,7 @@ def _activation_of(n: Node) -> tuple[str, tuple] | None:
     return n.op, tuple((k, v) for k, v in n.attrs.items() if v is not None)
 
 
-def fuse_bias_activation(g: Graph) -> Graph:
+def fuse_bias_activation(g: GraphBase) -> GraphBase:
     plan: dict[str, tuple[Node, Node | None, Node | None]] = {}  # last output -> pieces
     for n in g.nodes:
         if n.op not in CONTRACTIONS or n.get("activation") is not None:
@@ -239,9 +239,9 @@ def template(n: Node) -> str:
     return ew_text(n.op, [f"{{{i}}}" for i in range(len(n.inputs))], n.attrs, n.dtype)
 
 
-def _inline_scalars(g: Graph, n: Node) -> Node:
+def _inline_scalars(g: GraphBase, n: Node) -> Node:
     """Scalar constants of a fused expression become literals of its text."""
-    from .lower import lit
+    from .emit import lit
 
     args, inputs = [], []
     for v in n.inputs:
@@ -269,7 +269,7 @@ def _merge(e: Node, f: Node) -> Node:
     return Node("fused", tuple(unique), f.output, f.type, {"expr": expr})
 
 
-def fuse_elementwise(g: Graph) -> Graph:
+def fuse_elementwise(g: GraphBase) -> GraphBase:
     # In program order, so a node's producers are already fused when it is reached.
     uses: dict[str, int] = {}
     for n in g.nodes:
@@ -295,7 +295,7 @@ def fuse_elementwise(g: Graph) -> Graph:
     return g.derive([current[k] for k in order])
 
 
-PASSES: dict[str, Callable[[Graph], Graph]] = {
+PASSES: dict[str, Callable[[GraphBase], GraphBase]] = {
     "dead_node_elimination": eliminate_dead_nodes,
     "batchnorm_to_elementwise": batchnorm_to_elementwise,
     "constant_folding": fold_constants,
@@ -311,7 +311,7 @@ DEFAULT_PASSES = ("dead_node_elimination", "batchnorm_to_elementwise", "constant
                   "dead_node_elimination")
 
 
-def trace(graph: Graph, passes: Sequence[str] | None = None) -> list[tuple[str, Graph]]:
+def trace(graph: GraphBase, passes: Sequence[str] | None = None) -> list[tuple[str, GraphBase]]:
     """The graph after each pass, in order (`tilec graph --dump-passes`)."""
     names = DEFAULT_PASSES if passes is None else tuple(passes)
     unknown = [p for p in names if p not in PASSES]
@@ -325,7 +325,7 @@ def trace(graph: Graph, passes: Sequence[str] | None = None) -> list[tuple[str, 
     return out
 
 
-def optimize(graph: Graph, passes: Sequence[str] | None = None) -> Graph:
+def optimize(graph: GraphBase, passes: Sequence[str] | None = None) -> GraphBase:
     steps = trace(graph, passes)
     return steps[-1][1] if steps else graph.copy()
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .builder import Graph, Node
-from .lower import Emitter, refinement
+from .core import GraphBase, Node
+from .emit import Emitter, refinement
 
 
-def _two_d_product(n: Node, g: Graph) -> bool:
+def _two_d_product(n: Node, g: GraphBase) -> bool:
     return n.op == "gemm" or (n.op == "matmul" and
                               all(len(g.type(i).shape) == 2 for i in n.inputs[:2]))
 
@@ -41,7 +41,7 @@ def _view_fits(src: Sequence[int], dst: Sequence[int]) -> bool:
     return found is not None and all(re.fullmatch(r"\w+", p) for p in found[2])
 
 
-def reshape_views(g: Graph) -> Graph:
+def reshape_views(g: GraphBase) -> GraphBase:
     """Products read the source of a reshaped operand in place (see the module)."""
     producers = {n.output: n for n in g.nodes}
     out = g.derive()

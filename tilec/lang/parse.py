@@ -45,7 +45,7 @@ def _parser() -> Lark:
     import sys
 
     from .. import memo
-    from ..runtime.cache import default_cache_root
+    from ..memo import default_cache_root
 
     text = _grammar_text()
     key = memo.digest(text, sorted(_OPTIONS.items()), lark.__version__, sys.version_info[:2])

@@ -207,3 +207,12 @@ def _dtype_name(a: np.ndarray) -> str:
     if kind.kind == "f":
         return "float32"
     return "int32"
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random test data: never zeros, never all-equal."""
+    if dtype == "int32":
+        return rng.integers(-8, 9, size=shape).astype(np.int32)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)

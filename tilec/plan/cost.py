@@ -51,7 +51,9 @@ and the score is the product of six ratios, each in (0, 1]:
 
 For a matmul on pocl-cpu (AVX2: 16 registers, v=8) this picks 4x16 register tiles (6x16 when
 6 divides M) with a K chunk near 256 that keeps A and B chunks in L1.
-"""
+
+Long (over 500 lines) because it holds the two cost models side by side (PlaidML's for GPUs,
+the cache model for CPUs) with their shared byte counts; the golden test pins the first."""
 
 from __future__ import annotations
 

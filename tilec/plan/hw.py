@@ -1,7 +1,7 @@
 """Hardware models: the handful of numbers the tile search and the layout plan for.
 
 A model comes from a TOML file (`hwmodels/*.toml`, shipped as `tilec.hwmodels`, or any path), or
-is derived from an OpenCL device's queries (`HwModel.from_device`).  hwmodels/README.md is the
+is derived from an OpenCL device's queries (`hw_device.from_device`).  hwmodels/README.md is the
 schema: every field's meaning, unit, default, and the rules `from_device` follows.
 
 Required fields: name, kind, threads, mem_width, max_mem, max_regs, goal_groups,
@@ -166,23 +166,6 @@ class HwModel:
         except tomllib.TOMLDecodeError as exc:
             raise _syntax_error(exc, source) from None
         return cls(**_checked_values(data, source))
-
-    @classmethod
-    def from_device(cls, device: Any, max_vec: int | None = None) -> HwModel:
-        """A model from an OpenCL device's queries, with tilec's defaults for what OpenCL does
-        not tell (rules in hwmodels/README.md).  Any object with pyopencl.Device's attribute
-        names will do; a query that fails counts as unknown.  `max_vec` caps the vector width
-        (the widest the device was seen to compute correctly)."""
-        from .hw_device import derive
-
-        return derive(device, max_vec=max_vec)
-
-    @classmethod
-    def auto(cls, device: Any = None) -> HwModel:
-        """`from_device(device)`; with no device, the first GPU, else the first OpenCL device."""
-        from .hw_device import default_device
-
-        return cls.from_device(device if device is not None else default_device())
 
     # -- output --------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Deriving a hardware model from an OpenCL device's queries (`HwModel.from_device`), with
+"""Deriving a hardware model from an OpenCL device's queries (`from_device`), with
 the documented defaults for what OpenCL cannot tell (hwmodels/README.md)."""
 
 from __future__ import annotations
@@ -21,6 +21,19 @@ def _query(device: Any, attr: str, default: Any) -> Any:
     except Exception:  # pyopencl raises its own error types for a query the driver lacks
         return default
     return default if value is None else value
+
+
+def from_device(device: Any, max_vec: int | None = None) -> HwModel:
+    """A model from an OpenCL device's queries, with tilec's defaults for what OpenCL does not
+    tell (rules in hwmodels/README.md).  Any object with pyopencl.Device's attribute names will
+    do; a query that fails counts as unknown.  `max_vec` caps the vector width (the widest the
+    device was seen to compute correctly)."""
+    return derive(device, max_vec)
+
+
+def auto(device: Any = None) -> HwModel:
+    """`from_device(device)`; with no device, the first GPU, else the first OpenCL device."""
+    return from_device(device if device is not None else default_device())
 
 
 def derive(device: Any, max_vec: int | None = None) -> HwModel:

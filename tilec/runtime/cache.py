@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from ..config import DEFAULT_CACHE_MAX_BYTES, Config
 from ..errors import BuildError, CacheError
+from ..memo import default_cache_root
 
 MAGIC = b"TILECBIN"
 FORMAT = 1
@@ -89,16 +90,10 @@ class Entry:
     fields: dict[str, Any] | None  # None when the header cannot be read
 
 
-def default_cache_root() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("tilec"))
-
-
 def key_fields(info: Any, source: str, options: Sequence[str]) -> dict[str, Any]:
     """Everything a program binary depends on, JSON-ready (lists, not tuples, so that a
     round trip through the file compares equal)."""
-    from .. import __version__
+    from ..version import __version__
 
     return {
         "format": FORMAT, "tilec": __version__,

@@ -14,6 +14,8 @@ import numpy as np
 
 from ..config import Config
 from ..errors import BuildError, DeviceError
+from ..plan.hw import HwModel
+from ..plan.hw_device import from_device
 from .cache import ProgramCache
 
 NO_PLATFORM = ('no OpenCL platform was found; install the embedded CPU device with '
@@ -200,7 +202,7 @@ def _run_probe(cl, ctx, device, prg) -> int:
 
 
 def _known_good_path():
-    from .cache import default_cache_root
+    from ..memo import default_cache_root
 
     return default_cache_root() / "devices" / "probed.json"
 
@@ -414,3 +416,14 @@ def _explain_build(log: str, source: str) -> str:
     if len(log) > 4000:
         log = log[:4000] + "\n..."
     return f"the OpenCL compiler rejected a generated kernel:\n{log}{where}"
+
+
+def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
+    """The hardware model to plan for: the one given, the named one, or the device's own
+    (its queries, vectors capped at the width the probe saw computed correctly)."""
+    if isinstance(hw, HwModel):
+        return hw
+    name = hw or config.hw
+    if name and name != "auto":
+        return HwModel.load(name)
+    return from_device(runtime.device, max_vec=runtime.vector_limit)

@@ -9,13 +9,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import Config
 from ..errors import TileError, ValidationError
+from ..lang import ir
 from .device import Runtime, event_seconds
 from .memory import MemoryPlan
 
 NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
           "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB)}
+
+
+def itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "int32": 4, "bool": 1}[dtype]
 
 
 @dataclass(frozen=True)
@@ -165,3 +171,36 @@ class Launcher:
     def gflops(self) -> dict[str, float]:
         return {k.name: k.flops / self.last_timings[k.name] * 1e-9
                 for k in self.kernels if self.last_timings.get(k.name)}
+
+
+def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], program: ir.Program,
+            config: Config) -> Validation:
+    worst_abs, worst_rel, ok, worst = 0.0, 0.0, True, ""
+    for name, r in ref.items():
+        g = got[name]
+        dt = program.tensors[name].dtype
+        if dt in ("int32", "bool"):
+            bad = np.asarray(r != g)
+            if bad.any():
+                ok = False
+                worst = f"{name}: {int(bad.sum())} of {bad.size} elements differ"
+            continue
+        r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        scale = float(np.max(np.abs(r64[np.isfinite(r64)]), initial=1.0))
+        rtol = config.rtol * (10 if dt == "float16" else 1)
+        atol = config.atol * max(1.0, scale) * (10 if dt == "float16" else 1)
+        err = np.abs(r64 - g64)
+        same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))
+        err = np.where(same, 0.0, err)
+        bad = ~(err <= atol + rtol * np.abs(r64))
+        if err.size:
+            worst_abs = max(worst_abs, float(np.nanmax(np.where(np.isnan(err), np.inf, err))))
+            rel = err / np.maximum(np.abs(r64), 1e-30)
+            worst_rel = max(worst_rel, float(np.max(np.where(same, 0.0, rel))))
+        if bad.any():
+            ok = False
+            idx = np.unravel_index(int(np.argmax(bad)), r64.shape) if r64.ndim else ()
+            worst = (f"{name}{list(idx)}: expected {r64[idx]:.6g}, got {g64[idx]:.6g} "
+                     f"({int(bad.sum())} of {bad.size} elements outside rtol={rtol:g}, "
+                     f"atol={atol:g})")
+    return Validation(worst_abs, worst_rel, ok, worst)

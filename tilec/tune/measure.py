@@ -16,7 +16,9 @@ shifts every time in a report alike.  A `timer` callable may replace the measure
 
 The report card per contraction: Spearman's rho between the model's rank and the measured rank of
 the top-k tiles, and regret = time of the model's first choice / the best tile's time.
-"""
+
+Long (over 500 lines) because candidates, the interleaved timing rounds and the report card
+share the measurement state of one tuning session."""
 
 from __future__ import annotations
 
@@ -28,14 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.contraction import KernelSource, contraction_source
-from ..compiler import NP, POISON, _hw_for, _itemsize, compare, generate
+from ..codegen.generate import generate, with_local_size
 from ..config import Config
 from ..errors import DeviceError, Source
 from ..plan.fuse import ContractionKernel, KernelPlan, plan_kernels
 from ..plan.hw import HwModel
 from ..plan.schedule import make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
-from ..runtime.device import Runtime, event_seconds
+from ..runtime.device import Runtime, event_seconds, hw_model_for
+from ..runtime.launch import NP, POISON, compare, itemsize
 from .records import (
     DeviceKey,
     RecordStore,
@@ -43,7 +46,6 @@ from .records import (
     default_path,
     kernel_digest,
     make_record,
-    with_local_size,
 )
 
 Timer = Callable[["Candidate"], float]
@@ -149,7 +151,7 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
     program = check_program(source, shapes, dtype)
     plan = plan_kernels(program)
     runtime = Runtime.get(config.device)
-    model = _hw_for(hw, config, runtime)
+    model = hw_model_for(hw, config, runtime)
     sources, searches = generate(plan, model, config)
     bench = _Bench(runtime, plan, sources, config, copies=copies, seed=seed)
     device = DeviceKey.from_info(runtime.info)
@@ -358,15 +360,14 @@ class _Bench:
 
     def __init__(self, runtime: Runtime, plan: KernelPlan, sources: list[KernelSource],
                  config: Config, *, copies: int, seed: int):
-        from ..cli.main import random_array
-        from ..lang.reference import evaluate_program
+        from ..lang.reference import evaluate_program, random_array
 
         self.runtime, self.plan, self.config = runtime, plan, config
         self.program = p = plan.program
         self.sources = sources
         built = runtime.build("\n".join(s.text for s in sources), config.build_options, config)
         self.kernels = {s.name: runtime.kernel(built, s.name) for s in sources}
-        self.sizes = {n: p.tensors[n].size * _itemsize(p.tensors[n].dtype)
+        self.sizes = {n: p.tensors[n].size * itemsize(p.tensors[n].dtype)
                       for n in plan.buffers()}
         runtime.check_sizes(self.sizes)
         rng = np.random.default_rng(seed)

@@ -18,14 +18,13 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TileError
 
 if TYPE_CHECKING:
-    from ..codegen.contraction import KernelSource
     from ..config import Config
     from ..plan.fuse import Kernel, KernelPlan
     from ..plan.hw import HwModel
@@ -134,7 +133,7 @@ def default_path(config: Config) -> Path:
     if config.cache_dir is not None:
         return Path(config.cache_dir) / FILE_NAME
     # The program cache's root, so that one setting (and one test fixture) moves both.
-    from ..runtime.cache import default_cache_root
+    from ..memo import default_cache_root
 
     return default_cache_root() / FILE_NAME
 
@@ -251,29 +250,11 @@ def lookup(plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
     return out
 
 
-def with_local_size(source: KernelSource, local: int | None) -> KernelSource:
-    """An elementwise or init kernel launched with an explicit local size.  OpenCL 1.x wants
-    the global size to be a multiple of it; those kernels return early past their element
-    count, so rounding the global size up is safe."""
-    if source.kind == "contraction":
-        raise TileError("a contraction's local size is its schedule's thread count")
-    count = source.global_size if source.local_size is None else _count(source)
-    if local is None:
-        return replace(source, global_size=count, local_size=None)
-    return replace(source, global_size=-(-count // local) * local, local_size=local)
-
-
-def _count(source: KernelSource) -> int:
-    # Elements of the kernel's output: what its launch must cover.
-    outs = [a.elems for a in source.args if a.role == "out"]
-    return max(outs) if outs else source.global_size
-
-
 def make_record(device: DeviceKey, kernel: Kernel, plan: KernelPlan, hw: HwModel,
                 config: Config, *, tile: Mapping[str, int], threads: int | None,
                 local_size: int | None, seconds: float, rho: float | None,
                 regret: float | None, candidates: int) -> TuneRecord:
-    from .. import __version__
+    from ..version import __version__
 
     return TuneRecord(device=device, kernel=kernel.name,
                       digest=kernel_digest(kernel, plan, hw, config),

@@ -1,0 +1,79 @@
+"""Option helpers shared by the commands: shapes, input files, the config a command line asks
+for, and the device options every compiling command takes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Config
+from ..errors import Source, TileError
+from ..lang.source import default_shapes, parse_shape
+
+
+def cache_settings() -> dict[str, Path]:
+    """Config fields from the environment.  The one place tilec reads TILEC_CACHE_DIR: library
+    stages get it through `Config.cache_dir`."""
+    root = os.environ.get("TILEC_CACHE_DIR")
+    return {"cache_dir": Path(root).expanduser()} if root else {}
+
+
+def shapes_from(args: argparse.Namespace, source: Source) -> dict[str, tuple[int, ...]]:
+    given = dict(parse_shape(s) for s in (args.shape or []))
+    return given if given else default_shapes(source)
+
+
+def load_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name:
+            raise TileError(f"--input: expected NAME=FILE.npy, got {spec!r}")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise TileError(f"--input {name}: cannot load {path!r} as a .npy array ({e})") \
+                from None
+    return out
+
+
+def parse_tiles(specs: list[str] | None) -> dict[str, dict[str, int]]:
+    """`--tile ci=8,co=32` (every contraction) or `--tile O:ci=8,co=32` (the one writing O)."""
+    out: dict[str, dict[str, int]] = {}
+    for spec in specs or []:
+        target, sep, body = spec.rpartition(":")
+        target = target if sep else "*"
+        sizes = {}
+        for item in body.split(","):
+            name, eq, val = item.partition("=")
+            if not eq or not val.strip().isdigit() or int(val) <= 0:
+                raise TileError(f"--tile: expected INDEX=SIZE[,INDEX=SIZE...], got {item!r}")
+            sizes[name.strip()] = int(val)
+        out[target] = sizes
+    return out
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    tiles = parse_tiles(getattr(args, "tile", None))
+    records = getattr(args, "records", None)
+    return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
+                  tiles=tiles, **cache_settings(),
+                  records_path=Path(records) if records else None,
+                  use_tuning_records=not getattr(args, "no_records", False))
+
+
+def add_device_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--device", help="substring of 'platform: device' (default: a GPU if "
+                    "there is one, else the CPU)")
+    sp.add_argument("--hw", help="hardware model: a shipped name, a .toml path, or 'auto' "
+                    "(derived from the device; the default)")
+    sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
+                    help="force a tile instead of searching")
+    sp.add_argument("--records", metavar="FILE.jsonl", help="tuning records to use (default: "
+                    "tuning.jsonl in the cache directory)")
+    sp.add_argument("--no-records", action="store_true",
+                    help="ignore tuning records: use the cost model's choices")

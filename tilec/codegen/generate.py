@@ -1,0 +1,133 @@
+"""Kernel sources for a `KernelPlan`: each contraction's tile (forced by the config, taken
+from a tuning record, or the tile search's first choice), its schedule and its OpenCL text, and
+the elementwise kernels' text.  The one path from a plan to kernels, shared by `compile` and by
+tuning (which times the candidates it generates here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..config import Config
+from ..errors import TileError
+from ..plan.fuse import ContractionKernel, KernelPlan
+from ..plan.hw import HwModel
+from ..plan.schedule import make_schedule
+from .contraction import KernelSource, contraction_source
+from .elementwise import elementwise_source, init_source
+
+# A tuning record as generate reads it (tilec.tune.records.TuneRecord): `tile_for(names,
+# ranges)`, `seconds`, `threads`, `local_size`, `device.device`.
+TuneRecord = Any
+
+
+def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):
+    """The tile for one contraction: forced by the config, or the search's first choice.
+    Returns (tile, cost log lines, search result or None)."""
+    from ..plan.search import score_tile, search
+
+    flat = kernel.flat
+    forced = (config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
+              or config.tiles.get("*"))
+    if forced is not None:
+        unknown = set(forced) - set(flat.names)
+        if unknown:
+            raise TileError(f"--tile for {kernel.op.output}: unknown index "
+                            f"{', '.join(sorted(unknown))} (indices: {', '.join(flat.names)})")
+        tile = tuple(max(1, min(int(forced.get(n, r)), r))
+                     for n, r in zip(flat.names, flat.ranges, strict=True))
+        cost = score_tile(flat, hw, tile, post_ops=kernel.post_op_count, dtype=dtype)
+        return tile, cost.log_text().splitlines(), None
+    result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k,
+                    cache=search_cache_dir(config))
+    return tuple(result.tile), result.cost.log_text().splitlines(), result
+
+
+def search_cache_dir(config: Config):
+    """Where searches are kept between processes (None: not kept)."""
+    if not config.use_disk_cache:
+        return None
+    from ..memo import default_cache_root
+
+    return (config.cache_dir or default_cache_root()) / "search"
+
+
+def generate(plan: KernelPlan, hw: HwModel, config: Config,
+             tiles: Mapping[str, tuple[int, ...]] | None = None,
+             tuned: Mapping[str, TuneRecord] | None = None
+             ) -> tuple[list[KernelSource], dict[str, object]]:
+    """Kernel sources in launch order, and the search result of each contraction.  `tuned`
+    (kernel name -> tuning record) replaces the search's first choice; a tile forced by the
+    config still wins over a record."""
+    sources: list[KernelSource] = []
+    searches: dict[str, object] = {}
+    for k in plan.kernels:
+        if isinstance(k, ContractionKernel):
+            dtype = plan.program.tensors[k.op.output].dtype
+            threads = config.threads
+            if tiles and k.name in tiles:
+                tile, lines, result = tiles[k.name], [], None
+            elif (rec := _record_choice(k, hw, config, dtype, tuned)) is not None:
+                tile, lines, threads = rec
+                result = None
+            else:
+                tile, lines, result = plan_tile(k, hw, config, dtype)
+            searches[k.name] = result
+            sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
+                                  staging=config.staging, threads=threads,
+                                  split_reduction=config.split_reduction)
+            if k.out_map == "injective":
+                sources.append(init_source(k, plan.program))
+            sources.append(contraction_source(k, sched, plan.program, lines))
+        else:
+            src = elementwise_source(k, plan.program)
+            if tuned and k.name in tuned:
+                src = with_local_size(src, tuned[k.name].local_size)
+            sources.append(src)
+    return sources, searches
+
+
+def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,
+                   tuned: Mapping[str, TuneRecord] | None):
+    """(tile, cost lines, threads) from a tuning record, or None to search as usual."""
+    from ..plan.search import score_tile
+
+    found = _record_tile(k, config, tuned)
+    if found is None:
+        return None
+    rec, tile = found
+    cost = score_tile(k.flat, hw, tile, post_ops=k.post_op_count, dtype=dtype)
+    note = (f"tuned: measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
+            + (f" (threads {rec.threads})" if rec.threads else ""))
+    threads = config.threads if config.threads is not None else rec.threads
+    return tile, [note] + cost.log_text().splitlines(), threads
+
+
+def _record_tile(k: ContractionKernel, config: Config,
+                 tuned: Mapping[str, TuneRecord] | None):
+    rec = tuned.get(k.name) if tuned else None
+    forced = (config.tiles.get(k.name) or config.tiles.get(k.op.output)
+              or config.tiles.get("*"))
+    if rec is None or forced is not None:
+        return None
+    tile = rec.tile_for(k.flat.names, k.flat.ranges)
+    return None if tile is None else (rec, tile)
+
+
+def with_local_size(source: KernelSource, local: int | None) -> KernelSource:
+    """An elementwise or init kernel launched with an explicit local size.  OpenCL 1.x wants
+    the global size to be a multiple of it; those kernels return early past their element
+    count, so rounding the global size up is safe."""
+    if source.kind == "contraction":
+        raise TileError("a contraction's local size is its schedule's thread count")
+    count = source.global_size if source.local_size is None else _count(source)
+    if local is None:
+        return replace(source, global_size=count, local_size=None)
+    return replace(source, global_size=-(-count // local) * local, local_size=local)
+
+
+def _count(source: KernelSource) -> int:
+    # Elements of the kernel's output: what its launch must cover.
+    outs = [a.elems for a in source.args if a.role == "out"]
+    return max(outs) if outs else source.global_size
