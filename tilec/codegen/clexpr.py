@@ -116,7 +116,8 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
             (a, ta), _ = args
             return _cast(a, ta, dt), dt
         conv = [_cast(a, ta, dt) for a, ta in args]
-        if x.op in ("exp", "log", "sqrt", "tanh", "floor", "ceil"):
+        if x.op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "round", "sin", "cos", "tan",
+                    "asin", "acos", "atan", "sinh", "cosh"):
             if c == "int":
                 return conv[0], dt
             return f"{x.op}({conv[0]})", dt

@@ -68,6 +68,9 @@ class Dim(Node):
 class Input(Node):
     name: str
     dims: tuple[Dim, ...]
+    # Declared without a dimension list (`function (I) -> ...`): PlaidML's "any shape".  The
+    # shape comes from the arrays given; with none, a scalar.  `I[]` is always a scalar.
+    any_shape: bool = False
 
 
 @dataclass(frozen=True)

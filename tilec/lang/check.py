@@ -67,8 +67,8 @@ class _Checker:
         for stmt in self.fn.stmts:
             if isinstance(stmt, ast.Contraction):
                 self.ops.append(self._contraction(stmt))
-            else:
-                self.ops.append(self._assignment(stmt))
+            elif (op := self._assignment(stmt)) is not None:
+                self.ops.append(op)
         outs: list[str] = []
         for o in self.fn.outputs:
             if o.name in outs:
@@ -100,6 +100,14 @@ class _Checker:
             except (TypeError, ValueError):
                 raise self.err(f"the shape given for {inp.name!r} is not a list of integers: "
                                f"{self.shapes[inp.name]!r}", inp.span) from None
+        if inp.any_shape:
+            # No dimension list: any rank; no size symbols are bound from it.
+            for k, size in enumerate(shape):
+                if size <= 0:
+                    raise self.err(f"dimension {k} of {inp.name!r} is {size}; sizes must be "
+                                   "positive", inp.span)
+            self.tensors[inp.name] = ir.Tensor(inp.name, shape, self._input_dtype(inp.name))
+            return
         if len(shape) != len(inp.dims):
             raise self.err(f"input {inp.name!r} has {len(inp.dims)} dimensions in the function "
                            f"header but the shape given, {_shape_text(shape)}, has {len(shape)}",
@@ -140,7 +148,9 @@ class _Checker:
         return value
 
     def size(self, e: ast.Expr) -> int:
-        """A size expression: integers and size symbols, + - * and integer (floor) division."""
+        """A size expression: integers and size symbols, + - * and integer (floor) division,
+        max and min.  Wherever an integer may stand (index polynomials, output sizes,
+        constraints), a size expression may stand too: it is a constant once shapes are bound."""
         value = self._size(e)
         if not -INT32_LIMIT <= value < INT32_LIMIT:  # as for index polynomials below
             raise self.err(f"this size is {value}, past int32 (kernels compute offsets in "
@@ -166,7 +176,30 @@ class _Checker:
                     raise self.err("division by zero in a size", e.span)
                 return a // b
             return a + b if e.op == "add" else a - b if e.op == "sub" else a * b
-        raise self.err("a size must be built from integers, size symbols and + - * /", e.span)
+        if isinstance(e, ast.Call) and e.fn in ("max", "min"):
+            if len(e.args) != 2:
+                raise self.err(f"{e.fn} takes 2 arguments, got {len(e.args)}", e.span)
+            a, b = self._size(e.args[0]), self._size(e.args[1])
+            return max(a, b) if e.fn == "max" else min(a, b)
+        raise self.err("a size must be built from integers, size symbols and + - * /, max, "
+                       "min", e.span)
+
+    def is_size_expr(self, e: ast.Expr) -> bool:
+        """Whether `e` uses only integers, size symbols, + - * /, max and min (no index
+        variables, no tensors): an integer constant once shapes are bound."""
+        if isinstance(e, ast.Num):
+            return not e.is_float
+        if isinstance(e, ast.Name):
+            return e.id in self.sizes
+        if isinstance(e, ast.Unary):
+            return e.op == "neg" and self.is_size_expr(e.operand)
+        if isinstance(e, ast.Binary):
+            return (e.op in ("add", "sub", "mul", "div") and self.is_size_expr(e.left)
+                    and self.is_size_expr(e.right))
+        if isinstance(e, ast.Call):
+            return (e.fn in ("max", "min") and len(e.args) == 2
+                    and all(self.is_size_expr(a) for a in e.args))
+        return False
 
     def poly(self, e: ast.Expr) -> ir.Poly:
         """An index polynomial: affine in index variables, exact rational coefficients."""
@@ -179,6 +212,10 @@ class _Checker:
         return p
 
     def _poly(self, e: ast.Expr) -> ir.Poly:
+        if isinstance(e, (ast.Call, ast.Binary)) and _has_min_max(e) and self.is_size_expr(e):
+            # A size expression with max/min (SAME padding's `max(0, ...) / 2`) is folded to an
+            # integer, as PlaidML does; other constant parts keep exact rational arithmetic.
+            return ir.Poly.constant(self.size(e))
         if isinstance(e, ast.Num):
             if e.is_float:
                 raise self.err("index polynomials take integer constants", e.span)
@@ -205,8 +242,8 @@ class _Checker:
             if b.const == 0:
                 raise self.err("division by zero in an index polynomial", e.span)
             return a.scale(Fraction(1) / b.const)
-        raise self.err("an index polynomial may use index variables, integers, size symbols "
-                       "and + - * / by a constant", e.span)
+        raise self.err("an index polynomial may use index variables, integers, size symbols, "
+                       "size expressions (max, min) and + - * / by a constant", e.span)
 
     # statements --------------------------------------------------------------------------------
     def _access(self, ref: ast.TensorRef) -> ir.Access:
@@ -294,8 +331,14 @@ class _Checker:
         return ir.Contraction(c.output.name, out_idx, c.agg, c.comb, inputs, cons,
                               tuple(sorted(names)), c.no_defract, default, c.text, c.output.span)
 
-    def _assignment(self, a: ast.Assignment) -> ir.Elementwise:
+    def _assignment(self, a: ast.Assignment) -> ir.Elementwise | None:
         self._new_name(a.name, a.span)
+        if self.is_size_expr(a.expr) and a.name not in {o.name for o in self.fn.outputs}:
+            # `Pad0 = 0;`, `L = max(0, N - 3);`: a named size, usable in index polynomials,
+            # output sizes and constraints (as PlaidML's op library writes them); no tensor.
+            self.sizes[a.name] = self.size(a.expr)
+            self.size_origin[a.name] = f"the assignment on line {a.span.line}"
+            return None
         expr, _ = self.expr(a.expr)
         shape = expr.shape if isinstance(expr, (ir.Ref, ir.Op)) else ()
         dtype = expr.dtype
@@ -380,8 +423,7 @@ class _Checker:
         exprs = tuple(x for x, _ in args)
         shape = self._broadcast(e, *exprs)
         dt = _join(*args)
-        if e.fn in ("exp", "log", "sqrt", "tanh", "sigmoid", "pow") and \
-                dt not in ir.FLOAT_DTYPES:
+        if e.fn in ir.FLOAT_CALLS and dt not in ir.FLOAT_DTYPES:
             dt = "float32"
         if dt == "bool":
             dt = "int32"
@@ -429,6 +471,16 @@ def _join(*typed: tuple[ir.Expr, bool]) -> str:
     if dt not in ir.FLOAT_DTYPES and any(w in ir.FLOAT_DTYPES for w in weak):
         return "float32"
     return dt
+
+
+def _has_min_max(e: ast.Expr) -> bool:
+    if isinstance(e, ast.Call):
+        return e.fn in ("max", "min") or any(_has_min_max(a) for a in e.args)
+    if isinstance(e, ast.Binary):
+        return _has_min_max(e.left) or _has_min_max(e.right)
+    if isinstance(e, ast.Unary):
+        return _has_min_max(e.operand)
+    return False
 
 
 def _shape_text(shape: Sequence[int]) -> str:

@@ -171,7 +171,13 @@ BINARY_OPS = ("add", "sub", "mul", "div", "eq", "ne", "lt", "gt", "le", "ge", "a
 CALLS = {  # name -> arity
     "exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "abs": 1, "relu": 1, "floor": 1,
     "ceil": 1, "min": 2, "max": 2, "pow": 2, "as_float": 2, "as_int": 2,
+    # PlaidML's trigonometric and rounding builtins (round: halves away from zero, as OpenCL's)
+    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
+    "round": 1,
 }
+# Calls computed in floating point whatever their operands (integers become float32).
+FLOAT_CALLS = ("exp", "log", "sqrt", "tanh", "sigmoid", "pow", "sin", "cos", "tan", "asin",
+               "acos", "atan", "sinh", "cosh")
 COMPARISONS = ("eq", "ne", "lt", "gt", "le", "ge", "and", "or", "not")
 
 

@@ -172,7 +172,8 @@ class _Builder:
                 dims.append(ast.Dim(str(tok), span=_span(tok)))
             else:
                 dims.append(ast.Dim(None, int(tok), span=_span(tok)))
-        return ast.Input(str(name), tuple(dims), span=_span(name))
+        return ast.Input(str(name), tuple(dims), any_shape=t.data == "scalar_input",
+                         span=_span(name))
 
     def stmt(self, t: Tree) -> ast.Statement:
         attrs = tuple(self.attribute(a) for a in t.children[:-1])

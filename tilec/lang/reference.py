@@ -133,8 +133,15 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "gt": np.greater,
         "le": np.less_equal, "ge": np.greater_equal}
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    # OpenCL's round() and PlaidML's: halves go away from zero (numpy's round goes to even).
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
 _FLOAT_CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
-                "floor": np.floor, "ceil": np.ceil}
+                "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+                "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+                "cosh": np.cosh, "round": _round_half_away}
 _BITS = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
          "shl": np.left_shift, "shr": np.right_shift}
 
