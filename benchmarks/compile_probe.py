@@ -34,8 +34,8 @@ def main() -> int:
     import numpy as np
 
     import tilec
-    from tilec.cli.main import random_array
     from tilec.config import Config
+    from tilec.lang.reference import random_array
     from tilec.runtime.device import Runtime
 
     import_s = time.perf_counter() - t0

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from suite import Case  # noqa: E402
 
-from tilec.cli.main import random_array  # noqa: E402
-from tilec.compiler import compare  # noqa: E402
 from tilec.config import Config  # noqa: E402
+from tilec.lang.reference import random_array  # noqa: E402
+from tilec.runtime.launch import compare  # noqa: E402
 
 
 def scratch(prefix: str) -> str:
