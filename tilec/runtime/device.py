@@ -78,7 +78,7 @@ def describe(device) -> DeviceInfo:
 def choose_device(spec: str | None = None):
     """The device whose "platform: device" text contains `spec` (case-insensitive); without a
     spec, a GPU if there is one, else a CPU.  Among devices of one kind, one that computes every
-    vector width correctly is preferred over one that needs narrower vectors (see `_probe`)."""
+    vector width correctly is preferred over one that needs narrower vectors (`probe_result`)."""
     devices = all_devices()
     if spec:
         want = spec.lower()
@@ -143,11 +143,6 @@ class ProbeResult:
 # Contexts the probe opened on devices that passed, handed to the Runtime that follows (a
 # context costs a good part of a second on some GPU drivers).
 _PROBE_CONTEXTS: dict = {}
-
-
-def _probe(device) -> str | None:
-    """Why a device cannot build and run a small kernel correctly (None when it can)."""
-    return probe_result(device).problem
 
 
 @functools.cache
