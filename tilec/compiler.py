@@ -15,7 +15,7 @@ import numpy as np
 from .codegen.contraction import KernelSource
 from .codegen.generate import _record_tile, generate
 from .config import Config
-from .errors import Source
+from .errors import Source, TileError
 from .lang import ir
 from .lang.api import check_program
 from .lang.check import normalize_dtype
@@ -66,6 +66,15 @@ class Executable(Launcher):
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate)
 
+    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
+                partial: bool = False) -> dict[str, np.ndarray]:
+        out = super()._inputs(arrays, partial=partial)
+        for name, value in self.program.fixed.items():
+            if name in out and int(out[name]) != value:
+                raise TileError(f"input {name} is {int(out[name])}, but the program was "
+                                f"compiled with {name} = {value} (it is used as a size)")
+        return out
+
     def work_group_limit(self) -> int | None:
         """The smallest maximum work-group size the driver allows for a kernel whose fixed
         work-group size exceeds it, or None when every kernel can be launched as planned."""
@@ -93,15 +102,16 @@ class Executable(Launcher):
 def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None, *,
             dtype: str | Mapping[str, str] = "float32", device: str | None = None,
             hw: HwModel | str | None = None, config: Config | None = None,
-            validate: bool = False) -> Executable:
+            validate: bool = False, values: Mapping[str, int] | None = None) -> Executable:
     """Compile a Tile program for inputs of the given shapes (default: the `// shapes:`
-    comment) into kernels for one OpenCL device."""
+    comment) into kernels for one OpenCL device.  `values` fixes 0-d integer inputs that the
+    program uses as sizes (a call with another value is refused)."""
     config = config or Config()
     if device is not None:
         config = replace(config, device=device)
     if isinstance(dtype, str):
         dtype = normalize_dtype(dtype)
-    program = check_program(source, shapes, dtype)
+    program = check_program(source, shapes, dtype, values)
     plan = plan_kernels(program)
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)

@@ -61,6 +61,10 @@ class TileError(Exception):
         return f"{head}\n    {text}\n    {caret}"
 
 
+class TileWarning(UserWarning):
+    """Something a program does that runs but deserves a look (a false, unused assertion)."""
+
+
 class TileSyntaxError(TileError):
     """The text is not a Tile program."""
 

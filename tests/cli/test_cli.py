@@ -172,7 +172,7 @@ def test_bad_shapes_comment(capsys, tmp_path):
     (["check", "{missing}"], "cannot read the file"),
     (["check", "{file}", "--shape", "A=3xq"], "--shape: the shape of A must be integers"),
     (["check", "{file}", "--shape", "3x5"], "--shape: expected NAME=AxBxC"),
-    (["check", "{file}", "--dtype", "int8"], "unsupported element type 'int8'"),
+    (["check", "{file}", "--dtype", "int64"], "unsupported element type 'int64'"),
     (["eval", "{file}", "--input", "A"], "--input: expected NAME=FILE.npy"),
     (["eval", "{file}", "--input", "A={missing}"], "--input A: cannot load"),
     (["eval", "{file}", "--input", "A={text}"], "--input A: cannot load"),

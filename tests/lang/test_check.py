@@ -193,19 +193,24 @@ def test_contraction_dtypes():
             "  S[i : N] = +(A[i] * B[i]);\n"
             "  M[] = >(A[i]);\n"
             "  C[] = +(A[i] == B[i]);\n"
+            "  E[i : N] = =(A[i] == B[i]);\n"
             "}")
+    text = text.replace("(S, M, C)", "(S, M, C, E)")
     p = check(text, {"A": (3,), "B": (3,)}, {"A": I32, "B": F16})
-    # An `==` combination counts in the operands' type (0 or 1); bools sum as int32.
-    assert [p.tensors[n].dtype for n in "SMC"] == [F16, I32, F16]
+    # An `==` combination is boolean (PlaidML's rule: one_hot is bool); summed, bools count
+    # as int32.
+    assert [p.tensors[n].dtype for n in "SMCE"] == [F16, I32, I32, "bool"]
     p = check(text, {"A": (3,), "B": (3,)}, {"A": "bool", "B": "bool"})
-    assert [p.tensors[n].dtype for n in "SMC"] == [I32, "bool", I32]
+    assert [p.tensors[n].dtype for n in "SMCE"] == [I32, "bool", I32, "bool"]
+    p = check(text, {"A": (3,), "B": (3,)}, {"A": "uint8", "B": "int16"})
+    assert [p.tensors[n].dtype for n in "SMCE"] == ["int16", "uint8", I32, "bool"]
 
 
 def test_input_dtypes():
     p = check("function (A[N]) -> (O) {\n  O = A;\n}", {"A": (2,)}, "float64")
     assert p.tensors["A"].dtype == F32
     with pytest.raises(TileCheckError, match="unsupported element type"):
-        check("function (A[N]) -> (O) {\n  O = A;\n}", {"A": (2,)}, "int8")
+        check("function (A[N]) -> (O) {\n  O = A;\n}", {"A": (2,)}, "int64")
 
 
 @pytest.mark.parametrize("a, b, expr, shape", [

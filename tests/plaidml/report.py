@@ -28,11 +28,15 @@ def run_evaluate(case, arrays):
     return tilec.evaluate(case.program, **arrays)
 
 
-def make_compiled_runner(case):
-    """Compile once; the runner runs with poisoned outputs where the executable supports it."""
+def make_compiled_runner(case, arrays):
+    """Compile once; the runner runs with poisoned outputs where the executable supports it.
+    PlaidML binds integer parameters (a reshape's symbolic size, conv_transpose's output sizes)
+    as constants of the program: the 0-d integer inputs' values are given when compiling."""
     import tilec
 
-    exe = tilec.compile(case.program, case.shapes, dtype=case.dtypes)
+    values = {k: int(a) for k, a in arrays.items()
+              if np.ndim(a) == 0 and np.asarray(a).dtype.kind in "iu"}
+    exe = tilec.compile(case.program, case.shapes, dtype=case.dtypes, values=values)
 
     def run(arrays):
         if hasattr(exe, "run"):
@@ -54,9 +58,9 @@ def check_compiled(case):
 
     arrays = make_inputs(case, case_rng(case))
     if case.expect == "error":
-        check_case(case, lambda a: make_compiled_runner(case)(a), arrays)
+        check_case(case, lambda a: make_compiled_runner(case, a)(a), arrays)
         return
-    run = make_compiled_runner(case)
+    run = make_compiled_runner(case, arrays)
     check_case(case, run, arrays)
 
 

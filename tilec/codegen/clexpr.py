@@ -1,7 +1,9 @@
 """OpenCL C text for elementwise expressions, loads and stores of every element type.
 
-Values are computed in `float` for float16/float32, in `int` for int32 and bool (0 or 1);
-float16 is only ever touched through vload_half/vstore_half, which need no extension."""
+Values are computed in `float` for float16/float32, in `uint` for uint32, in `int` for the
+other integers and bool (0 or 1).  An operation on an 8- or 16-bit type wraps its result to
+that width, as the reference does (C would only wrap on the store).  float16 is only ever
+touched through vload_half/vstore_half, which need no extension."""
 
 from __future__ import annotations
 
@@ -10,8 +12,17 @@ from collections.abc import Callable, Mapping
 from ..lang import ir
 
 # Storage type in buffers, and the type values are computed in.
-STORAGE = {"float32": "float", "float16": "half", "int32": "int", "bool": "uchar"}
-COMPUTE = {"float32": "float", "float16": "float", "int32": "int", "bool": "int"}
+STORAGE = {"float32": "float", "float16": "half", "int32": "int", "bool": "uchar",
+           "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort",
+           "uint32": "uint"}
+COMPUTE = {"float32": "float", "float16": "float", "int32": "int", "bool": "int",
+           "int8": "int", "uint8": "int", "int16": "int", "uint16": "int", "uint32": "uint"}
+NARROW = ("int8", "uint8", "int16", "uint16")  # stored narrower than they are computed
+
+
+def narrow(text: str, dtype: str) -> str:
+    """A computed value wrapped to its type's width."""
+    return f"((int)({STORAGE[dtype]})({text}))" if dtype in NARROW else text
 
 
 def literal(value: int | float, dtype: str) -> str:
@@ -20,16 +31,16 @@ def literal(value: int | float, dtype: str) -> str:
         if "inf" in text or "nan" in text:
             return {"inf": "INFINITY", "-inf": "(-INFINITY)"}.get(text, "NAN")
         return text + "f"
-    return str(int(value))
+    return str(int(value)) + ("u" if COMPUTE[dtype] == "uint" else "")
 
 
 def identity(agg: str, dtype: str) -> str:
     """The start value of an aggregation."""
     c = COMPUTE[dtype]
     if agg == ">":
-        return "(-INFINITY)" if c == "float" else "INT_MIN"
+        return {"float": "(-INFINITY)", "uint": "0u"}.get(c, "INT_MIN")
     if agg == "<":
-        return "INFINITY" if c == "float" else "INT_MAX"
+        return {"float": "INFINITY", "uint": "UINT_MAX"}.get(c, "INT_MAX")
     if agg == "*":
         return literal(1, dtype)
     return literal(0, dtype)
@@ -41,12 +52,12 @@ def load(buf: str, offset: str, dtype: str, width: int = 1) -> str:
     if width == 1:
         if dtype == "float16":
             return f"vload_half({offset}, {buf})"
-        if dtype == "bool":
+        if dtype == "bool" or dtype in NARROW:
             return f"(int){buf}[{offset}]"
         return f"{buf}[{offset}]"
     if dtype == "float16":
         return f"vload_half{width}(0, {buf} + ({offset}))"
-    if dtype == "bool":
+    if dtype == "bool" or dtype in NARROW:
         return f"convert_{c}{width}(vload{width}(0, {buf} + ({offset})))"
     return f"vload{width}(0, {buf} + ({offset}))"
 
@@ -57,12 +68,16 @@ def store(buf: str, offset: str, value: str, dtype: str, width: int = 1) -> str:
             return f"vstore_half({value}, {offset}, {buf});"
         if dtype == "bool":
             return f"{buf}[{offset}] = (uchar)(({value}) != 0);"
+        if dtype in NARROW:
+            return f"{buf}[{offset}] = ({STORAGE[dtype]})({value});"
         return f"{buf}[{offset}] = {value};"
     if dtype == "float16":
         return f"vstore_half{width}({value}, 0, {buf} + ({offset}));"
     if dtype == "bool":
         return f"vstore{width}(convert_uchar{width}(({value}) != 0) & (uchar)1, 0, " \
                f"{buf} + ({offset}));"
+    if dtype in NARROW:
+        return f"vstore{width}(convert_{STORAGE[dtype]}{width}({value}), 0, {buf} + ({offset}));"
     return f"vstore{width}({value}, 0, {buf} + ({offset}));"
 
 
@@ -75,15 +90,25 @@ def _cast(text: str, frm: str, to: str) -> str:
     return text if COMPUTE[frm] == COMPUTE[to] else f"(({COMPUTE[to]})({text}))"
 
 
-def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None = None) -> str:
-    """Scalar OpenCL C for `e`; `ref(name)` gives the text of a tensor's value at the element."""
+def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None = None,
+         positional: Callable[[ir.Op, list[str]], str] | None = None) -> str:
+    """Scalar OpenCL C for `e`; `ref(name)` gives the text of a tensor's value at the element,
+    `positional(op, args)` the text of an ir.EID_OPS node (only elementwise kernels have one)."""
 
     def walk(x: ir.Expr) -> tuple[str, str]:
         if isinstance(x, ir.Const):
             return literal(x.value, x.dtype), x.dtype
         if isinstance(x, ir.Ref):
             return ref(x.name), x.dtype
-        args = [walk(a) for a in x.args]
+        if x.op in ir.EID_OPS:
+            if positional is None:
+                raise ValueError(f"{x.op} needs the element's position")
+            inner = [walk(a)[0] for a in x.args if not isinstance(a, ir.Ref)]
+            return positional(x, inner), x.dtype
+        text, dt = node(x, [walk(a) for a in x.args])
+        return narrow(text, dt), dt
+
+    def node(x: ir.Op, args: list[tuple[str, str]]) -> tuple[str, str]:
         dt = x.dtype
         c = COMPUTE[dt]
         if x.op == "select":
@@ -96,6 +121,9 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
                 return f"({_cast(a, ta, common)} {_INFIX[x.op]} {_cast(b, tb, common)})", dt
             if x.op in ("shl", "shr"):
                 return f"({_cast(a, ta, dt)} {_INFIX[x.op]} ({_cast(b, tb, dt)} & 31))", dt
+            if x.op == "div" and c == "uint":
+                a, b = _cast(a, ta, dt), _cast(b, tb, dt)
+                return f"(({b}) == 0u ? 0u : ({a}) / ({b}))", dt
             if x.op == "div" and c == "int":
                 # Fix (differential): C leaves x / 0 and INT_MIN / -1 undefined (PoCL returned
                 # garbage, x86 can trap); the reference defines them as 0 and a wrap-around.
@@ -112,21 +140,25 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
         if x.op == "bitnot":
             (a, ta), = args
             return f"(~{_cast(a, ta, dt)})", dt
-        if x.op in ("as_float", "as_int"):
+        if x.op in ir.CONVERSIONS:
             (a, ta), _ = args
+            if dt in NARROW and COMPUTE[ta] == "float":
+                return f"((int)({a}))", dt  # truncate, then wrap (below) like the reference
             return _cast(a, ta, dt), dt
         conv = [_cast(a, ta, dt) for a, ta in args]
         if x.op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "round", "sin", "cos", "tan",
                     "asin", "acos", "atan", "sinh", "cosh"):
-            if c == "int":
+            if c != "float":
                 return conv[0], dt
             return f"{x.op}({conv[0]})", dt
         if x.op == "sigmoid":
             return f"(1.0f / (1.0f + exp(-{conv[0]})))", dt
         if x.op == "abs":
-            return (f"fabs({conv[0]})" if c == "float" else f"((int)abs({conv[0]}))"), dt
+            return ({"float": f"fabs({conv[0]})", "uint": conv[0]}.get(
+                c, f"((int)abs({conv[0]}))")), dt
         if x.op == "relu":
-            return (f"fmax({conv[0]}, 0.0f)" if c == "float" else f"max({conv[0]}, 0)"), dt
+            return ({"float": f"fmax({conv[0]}, 0.0f)", "uint": conv[0]}.get(
+                c, f"max({conv[0]}, 0)")), dt
         if x.op in ("min", "max"):
             fn = ("f" + x.op) if c == "float" else x.op
             return f"{fn}({conv[0]}, {conv[1]})", dt

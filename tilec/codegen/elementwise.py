@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..lang import ir
 from ..plan.fuse import ContractionKernel, ElementwiseKernel
 from . import clexpr
+from .positional import Positional
 from .contraction import (
     KernelArg,
     KernelSource,
@@ -53,6 +54,7 @@ def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> Kernel
     check_int_offsets(f"`{kernel.ops[0].text}`", 0, count)
     names: dict[str, str] = {}
     body: list[str] = []
+    positional = Positional(shape, program, _broadcast_offset)
     for op in kernel.ops:
         def ref(name: str) -> str:
             if name in names:
@@ -61,8 +63,10 @@ def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> Kernel
             return clexpr.load(buf(name), _broadcast_offset(t.shape, shape), t.dtype)
         var = f"v_{op.output}"
         ctype = clexpr.COMPUTE[program.tensors[op.output].dtype]
-        body.append(f"const {ctype} {var} = {clexpr.expr(op.expr, ref)};  /* {op.text} */"
-                    .replace("*/;", "*/"))
+        text = clexpr.expr(op.expr, ref, positional=positional)
+        body += positional.lines
+        positional.lines = []
+        body.append(f"const {ctype} {var} = {text};  /* {op.text} */".replace("*/;", "*/"))
         names[op.output] = var
     for w in kernel.writes:
         body.append(clexpr.store(buf(w), "gid", names[w], program.tensors[w].dtype))

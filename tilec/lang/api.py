@@ -23,13 +23,15 @@ def parse(source: str | Source, name: str = "<string>") -> ast.Function:
 
 def check_program(source: str | Source | ast.Function,
                   shapes: Mapping[str, Sequence[int]] | None = None,
-                  dtype: str | Mapping[str, str] = "float32") -> ir.Program:
+                  dtype: str | Mapping[str, str] = "float32",
+                  values: Mapping[str, int] | None = None) -> ir.Program:
     """Parse (if needed) and check a program for inputs of the given shapes.  Without shapes,
-    the file's `// shapes:` comment is used."""
+    the file's `// shapes:` comment is used.  `values` fixes 0-d integer inputs used as
+    sizes."""
     fn = source if isinstance(source, ast.Function) else parse(source)
     if shapes is None:
         shapes = default_shapes(fn.source)
-    return _check(fn, shapes, dtype)
+    return _check(fn, shapes, dtype, values)
 
 
 def evaluate(source: str | Source | ast.Function | ir.Program,
@@ -43,7 +45,11 @@ def evaluate(source: str | Source | ast.Function | ir.Program,
     else:
         arrs = {k: np.asarray(v) for k, v in arrays.items()}
         dtypes = {k: normalize_dtype(a.dtype, f"array {k}") for k, a in arrs.items()}
-        program = check_program(source, {k: a.shape for k, a in arrs.items()}, dtypes)
+        # 0-d integer arrays may stand for sizes (PlaidML's integer parameters): their values
+        # are known here.
+        values = {k: int(a) for k, a in arrs.items()
+                  if a.shape == () and dtypes[k] in ir.INT_DTYPES}
+        program = check_program(source, {k: a.shape for k, a in arrs.items()}, dtypes, values)
     return evaluate_program(program, arrays)
 
 

@@ -1,19 +1,25 @@
 """ast.Function + input shapes -> ir.Program: names, size symbols, dtypes, ranks, shapes,
-linearity of index polynomials.  Every problem is a `TileCheckError` pointing into the source."""
+linearity of index polynomials.  Every problem is a `TileCheckError` pointing into the source.
+
+Long (over 500 lines) because it is one pass over the syntax tree whose parts (inputs, size
+expressions, index polynomials, statements, typed expressions) share one set of symbol tables;
+PlaidML's builtin functions are apart, in `builtins`."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 import numpy as np
 
-from ..errors import Source, Span, TileCheckError
+from ..errors import Source, Span, TileCheckError, TileWarning
 from . import ast, ir
 from .bounds import propagate
+from .builtins import CONVERSIONS, INLINE, NATIVE, BuiltinChecks
 
-SUPPORTED_DTYPES = ("float32", "float16", "int32")
+SUPPORTED_DTYPES = ("float32", "float16", "int32", "int16", "int8", "uint32", "uint16", "uint8")
 INT32_LIMIT = 2**31
 
 
@@ -31,22 +37,31 @@ def normalize_dtype(dtype: object, what: str = "dtype") -> str:
 
 
 def check(fn: ast.Function, shapes: Mapping[str, Sequence[int]],
-          dtype: str | Mapping[str, str] = "float32") -> ir.Program:
-    """Give `fn` meaning for inputs of the given shapes (and element types)."""
-    return _Checker(fn, shapes, dtype).run()
+          dtype: str | Mapping[str, str] = "float32",
+          values: Mapping[str, int] | None = None) -> ir.Program:
+    """Give `fn` meaning for inputs of the given shapes (and element types).  `values` fixes
+    0-d integer inputs that the program uses as sizes (PlaidML's integer parameters, such as
+    a reshape's target size): they are constants of the compiled program."""
+    return _Checker(fn, shapes, dtype, values or {}).run()
 
 
-class _Checker:
+class _Checker(BuiltinChecks):
     def __init__(self, fn: ast.Function, shapes: Mapping[str, Sequence[int]],
-                 dtype: str | Mapping[str, str]):
+                 dtype: str | Mapping[str, str], values: Mapping[str, int]):
         self.fn = fn
         self.source: Source = fn.source
         self.shapes = shapes
         self.dtype = dtype
+        self.values = values
         self.sizes: dict[str, int] = {}  # size symbol -> value
         self.size_origin: dict[str, str] = {}
         self.tensors: dict[str, ir.Tensor] = {}
         self.ops: list[ir.Statement] = []
+        self.fixed: dict[str, int] = {}  # inputs bound as sizes
+        self.prngs: dict = {}  # name -> builtins.Prng
+        # Every name the program uses, so that builtins' temporaries never collide.
+        self.taken: set[str] = {i.name for i in fn.inputs} | {
+            s.output.name if isinstance(s, ast.Contraction) else s.name for s in fn.stmts}
 
     def err(self, message: str, span: Span | None) -> TileCheckError:
         return TileCheckError(message, source=self.source, span=span)
@@ -54,6 +69,10 @@ class _Checker:
     # inputs ------------------------------------------------------------------------------------
     def run(self) -> ir.Program:
         names = {i.name for i in self.fn.inputs}
+        for extra in sorted(set(self.values) - names):
+            raise self.err(f"a value was given for {extra!r}, which is not an input of the "
+                           f"function (inputs: {', '.join(sorted(names)) or 'none'})",
+                           Span(self.fn.span.line, self.fn.span.col))
         for extra in sorted(set(self.shapes) - names):
             header = Span(self.fn.span.line, self.fn.span.col)  # the `function` keyword
             raise self.err(f"a shape was given for {extra!r}, which is not an input of the "
@@ -73,6 +92,9 @@ class _Checker:
         for o in self.fn.outputs:
             if o.name in outs:
                 raise self.err(f"output {o.name!r} is listed twice", o.span)
+            if o.name in self.prngs:
+                raise self.err(f"output {o.name!r} is a random-number draw; output "
+                               f"prng_value({o.name}) or prng_state({o.name})", o.span)
             if o.name not in self.tensors or o.name in names:
                 raise self.err(f"output {o.name!r} is never assigned (expected a statement "
                                f"`{o.name} = ...` or `{o.name}[...] = ...` in the body)", o.span)
@@ -80,7 +102,7 @@ class _Checker:
         if not outs:
             raise self.err("the function has no outputs", self.fn.span)
         return ir.Program(tuple(i.name for i in self.fn.inputs), tuple(outs), dict(self.tensors),
-                          tuple(self.ops), self.source)
+                          tuple(self.ops), self.source, dict(self.fixed))
 
     def _input_dtype(self, name: str) -> str:
         d = self.dtype.get(name, "float32") if isinstance(self.dtype, Mapping) else self.dtype
@@ -107,6 +129,7 @@ class _Checker:
                     raise self.err(f"dimension {k} of {inp.name!r} is {size}; sizes must be "
                                    "positive", inp.span)
             self.tensors[inp.name] = ir.Tensor(inp.name, shape, self._input_dtype(inp.name))
+            self._bind_value(inp)
             return
         if len(shape) != len(inp.dims):
             raise self.err(f"input {inp.name!r} has {len(inp.dims)} dimensions in the function "
@@ -128,6 +151,28 @@ class _Checker:
             self.sizes.setdefault(dim.name, size)
             self.size_origin.setdefault(dim.name, f"dimension {k} of {inp.name!r}")
         self.tensors[inp.name] = ir.Tensor(inp.name, shape, self._input_dtype(inp.name))
+        self._bind_value(inp)
+
+    def _bind_value(self, inp: ast.Input) -> None:
+        """A 0-d integer input with a value given: also a size symbol (its value)."""
+        if inp.name not in self.values:
+            return
+        t = self.tensors[inp.name]
+        if t.shape != () or t.dtype not in ir.INT_DTYPES:
+            raise self.err(f"a value is given for {inp.name!r}, but only 0-d integer inputs "
+                           f"take one (it has shape {_shape_text(t.shape)}, {t.dtype})",
+                           inp.span)
+        try:
+            value = int(self.values[inp.name])
+        except (TypeError, ValueError):
+            raise self.err(f"the value given for {inp.name!r} is not an integer: "
+                           f"{self.values[inp.name]!r}", inp.span) from None
+        if inp.name in self.sizes and self.sizes[inp.name] != value:
+            raise self.err(f"{inp.name!r} is a size symbol of value {self.sizes[inp.name]} "
+                           f"but the value given for the input is {value}", inp.span)
+        self.sizes[inp.name] = value
+        self.size_origin[inp.name] = f"the value given for input {inp.name!r}"
+        self.fixed[inp.name] = value
 
     def _new_name(self, name: str, span: Span) -> None:
         if name in self.tensors:
@@ -164,7 +209,12 @@ class _Checker:
             return self._int_literal(e)
         if isinstance(e, ast.Name):
             if e.id not in self.sizes:
-                known = ", ".join(sorted(self.sizes)) or "none"
+                known = ", ".join(sorted(n for n in self.sizes if "." not in n)) or "none"
+                t = self.tensors.get(e.id)
+                if t is not None and t.shape == () and t.dtype in ir.INT_DTYPES:
+                    raise self.err(f"the input {e.id!r} is used as a size, so its value must "
+                                   "be known when compiling: give it (tilec.compile(..., "
+                                   f"values={{'{e.id}': N}}), or --value {e.id}=N)", e.span)
                 raise self.err(f"unknown size symbol {e.id!r} (size symbols: {known})", e.span)
             return self.sizes[e.id]
         if isinstance(e, ast.Unary) and e.op == "neg":
@@ -176,10 +226,15 @@ class _Checker:
                     raise self.err("division by zero in a size", e.span)
                 return a // b
             return a + b if e.op == "add" else a - b if e.op == "sub" else a * b
-        if isinstance(e, ast.Call) and e.fn in ("max", "min"):
+        if isinstance(e, ast.Call) and e.fn in ("max", "min", "broadcast"):
             if len(e.args) != 2:
                 raise self.err(f"{e.fn} takes 2 arguments, got {len(e.args)}", e.span)
             a, b = self._size(e.args[0]), self._size(e.args[1])
+            if e.fn == "broadcast":  # numpy's rule for two sizes
+                if a != b and 1 not in (a, b):
+                    raise self.err(f"broadcast of sizes {a} and {b}: they must be equal or "
+                                   "one of them 1", e.span)
+                return b if a == 1 else a
             return max(a, b) if e.fn == "max" else min(a, b)
         raise self.err("a size must be built from integers, size symbols and + - * /, max, "
                        "min", e.span)
@@ -197,7 +252,7 @@ class _Checker:
             return (e.op in ("add", "sub", "mul", "div") and self.is_size_expr(e.left)
                     and self.is_size_expr(e.right))
         if isinstance(e, ast.Call):
-            return (e.fn in ("max", "min") and len(e.args) == 2
+            return (e.fn in ("max", "min", "broadcast") and len(e.args) == 2
                     and all(self.is_size_expr(a) for a in e.args))
         return False
 
@@ -260,7 +315,7 @@ class _Checker:
         names = sorted(self.tensors)
         return f" (known tensors: {', '.join(names)})" if names else ""
 
-    def _contraction(self, c: ast.Contraction) -> ir.Contraction:
+    def _contraction(self, c: ast.Contraction, internal: bool = False) -> ir.Contraction:
         self._new_name(c.output.name, c.output.span)
         n_ops = {None: 1, "*": 2, "+": 2, "==": 2, "?": 3}[c.comb]
         assert len(c.operands) == n_ops
@@ -315,6 +370,8 @@ class _Checker:
             sizes = tuple(inferred)
         dtypes = [self.tensors[a.tensor].dtype for a in inputs]
         dtype = dtypes[-1] if c.comb == "?" else ir.promote(*dtypes)
+        if c.comb == "==":  # an equality is boolean (PlaidML's rule too), summed as a count
+            dtype = "bool"
         if dtype == "bool" and c.agg in ("+", "*"):
             dtype = "int32"
         default = None
@@ -331,9 +388,21 @@ class _Checker:
         return ir.Contraction(c.output.name, out_idx, c.agg, c.comb, inputs, cons,
                               tuple(sorted(names)), c.no_defract, default, c.text, c.output.span)
 
-    def _assignment(self, a: ast.Assignment) -> ir.Elementwise | None:
+    def _assignment(self, a: ast.Assignment, internal: bool = False) -> ir.Elementwise | None:
         self._new_name(a.name, a.span)
-        if self.is_size_expr(a.expr) and a.name not in {o.name for o in self.fn.outputs}:
+        output = a.name in {o.name for o in self.fn.outputs}
+        if isinstance(a.expr, ast.Call) and not internal:
+            fn = a.expr.fn
+            if fn in INLINE:  # the builtin's statements compute the assigned tensor
+                self.inline(a.expr, a.name, a.text)
+                return None
+            if fn == "prng_step":
+                self.prng_step(a.name, a.expr)
+                return None
+            if fn.startswith("assert_") and not output:
+                self._assert(a.name, a.expr)
+                return None
+        if self.is_size_expr(a.expr) and not output:
             # `Pad0 = 0;`, `L = max(0, N - 3);`: a named size, usable in index polynomials,
             # output sizes and constraints (as PlaidML's op library writes them); no tensor.
             self.sizes[a.name] = self.size(a.expr)
@@ -345,6 +414,20 @@ class _Checker:
         self.tensors[a.name] = ir.Tensor(a.name, shape, dtype)
         return ir.Elementwise(a.name, expr, a.text, a.span)
 
+    def _assert(self, name: str, call: ast.Call) -> None:
+        """`A = assert_...(condition);` whose value no output needs: PlaidML drops such a
+        statement unevaluated.  Here it is evaluated; a false one is a warning (PlaidML's op
+        library has such asserts with conditions that do not hold) and the name becomes a size
+        of value 0 or 1."""
+        ok = self.assertion(call)
+        if not ok:
+            where = f"{self.source.name}:{call.span.line}:{call.span.col}"
+            warnings.warn(TileWarning(f"{where}: {call.fn}: the condition is false for these "
+                                      "shapes; its value is never used, so the program runs "
+                                      "(as PlaidML runs it)"), stacklevel=4)
+        self.sizes[name] = int(ok)
+        self.size_origin[name] = f"the assertion on line {call.span.line}"
+
     # elementwise expressions -------------------------------------------------------------------
     def expr(self, e: ast.Expr) -> tuple[ir.Expr, bool]:
         """The typed expression and whether its type is weak (built only from literals)."""
@@ -353,6 +436,9 @@ class _Checker:
                 self._int_literal(e)
             return ir.Const(e.value, "float32" if e.is_float else "int32"), True
         if isinstance(e, ast.Name):
+            if e.id in self.prngs:
+                raise self.err(f"{e.id!r} is a random-number draw (prng_step); read it through "
+                               f"prng_value({e.id}) or prng_state({e.id})", e.span)
             if e.id in self.tensors:
                 t = self.tensors[e.id]
                 return ir.Ref(t.name, t.dtype, t.shape), False
@@ -400,26 +486,24 @@ class _Checker:
         return ir.Op(e.op, (a, b), dt, shape), wa and wb
 
     def _call(self, e: ast.Call) -> tuple[ir.Expr, bool]:
+        if e.fn in INLINE:
+            t = self.tensors[self.inline(e, None, f"{e.fn}(...)")]
+            return ir.Ref(t.name, t.dtype, t.shape), False
+        if e.fn in NATIVE or e.fn in CONVERSIONS:
+            return self.native(e)
+        if e.fn.startswith("assert_"):
+            return ir.Const(int(self.assertion(e)), "int32"), True
+        if e.fn == "broadcast" and self.is_size_expr(e):
+            return ir.Const(self.size(e), "int32"), True
         if e.fn not in ir.CALLS:
+            known = sorted(set(ir.CALLS) | set(INLINE) | set(NATIVE) | set(CONVERSIONS))
             raise self.err(f"unknown function {e.fn!r} (expected one of "
-                           f"{', '.join(sorted(ir.CALLS))})", e.span)
+                           f"{', '.join(known)})", e.span)
         arity = ir.CALLS[e.fn]
         if len(e.args) != arity:
             raise self.err(f"{e.fn} takes {arity} argument{'s' if arity > 1 else ''}, "
                            f"{len(e.args)} given", e.span)
         args = [self.expr(x) for x in e.args]
-        if e.fn in ("as_float", "as_int"):
-            (x, _), (bits, _) = args
-            if not isinstance(bits, ir.Const) or bits.dtype != "int32":
-                raise self.err(f"the second argument of {e.fn} is a bit width literal",
-                               e.args[1].span)
-            allowed = (16, 32, 64) if e.fn == "as_float" else (8, 16, 32, 64)
-            if bits.value not in allowed:
-                raise self.err(f"{e.fn} takes a width of {allowed}, not {bits.value}",
-                               e.args[1].span)
-            dt = ("float16" if bits.value == 16 else "float32") if e.fn == "as_float" \
-                else "int32"
-            return ir.Op(e.fn, (x, bits), dt, _shape(x)), False
         exprs = tuple(x for x, _ in args)
         shape = self._broadcast(e, *exprs)
         dt = _join(*args)
@@ -475,7 +559,7 @@ def _join(*typed: tuple[ir.Expr, bool]) -> str:
 
 def _has_min_max(e: ast.Expr) -> bool:
     if isinstance(e, ast.Call):
-        return e.fn in ("max", "min") or any(_has_min_max(a) for a in e.args)
+        return e.fn in ("max", "min", "broadcast") or any(_has_min_max(a) for a in e.args)
     if isinstance(e, ast.Binary):
         return _has_min_max(e.left) or _has_min_max(e.right)
     if isinstance(e, ast.Unary):

@@ -9,10 +9,15 @@ from fractions import Fraction
 
 from ..errors import Source, Span
 
-# Storage types, narrowest first; an operation's result takes the widest of its operands.
-DTYPES = ("bool", "int32", "float16", "float32")
+# Storage types, narrowest first; an operation's result takes the widest of its operands (an
+# unsigned type over the signed one of its width, as C does).  64-bit types are left out: the
+# embedded OpenCL profile (mobile GPUs) has no 64-bit integers and few devices have doubles.
+DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "float32")
 FLOAT_DTYPES = ("float16", "float32")
-DTYPE_BYTES = {"bool": 1, "int32": 4, "float16": 2, "float32": 4}
+INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
+UNSIGNED_DTYPES = ("uint8", "uint16", "uint32")
+DTYPE_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4,
+               "uint32": 4, "float16": 2, "float32": 4}
 
 AGGREGATIONS = ("+", "*", ">", "<", "=")
 COMBINATIONS = ("*", "+", "==", "?")  # "?" is the 3-operand form (A == B ? C)
@@ -170,7 +175,7 @@ BINARY_OPS = ("add", "sub", "mul", "div", "eq", "ne", "lt", "gt", "le", "ge", "a
               "bitand", "bitor", "bitxor", "shl", "shr")
 CALLS = {  # name -> arity
     "exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "abs": 1, "relu": 1, "floor": 1,
-    "ceil": 1, "min": 2, "max": 2, "pow": 2, "as_float": 2, "as_int": 2,
+    "ceil": 1, "min": 2, "max": 2, "pow": 2,
     # PlaidML's trigonometric and rounding builtins (round: halves away from zero, as OpenCL's)
     "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
     "round": 1,
@@ -179,6 +184,18 @@ CALLS = {  # name -> arity
 FLOAT_CALLS = ("exp", "log", "sqrt", "tanh", "sigmoid", "pow", "sin", "cos", "tan", "asin",
                "acos", "atan", "sinh", "cosh")
 COMPARISONS = ("eq", "ne", "lt", "gt", "le", "ge", "and", "or", "not")
+# Conversions (`as_float(X, 16)`): the second argument is the bit width, a Const.
+CONVERSIONS = ("as_float", "as_int", "as_uint")
+# Nodes whose value depends on the element's position in their own shape (the flat element
+# number, "eid"), not only on their operands' values there: `index` (the coordinate along an
+# axis, args (Const axis,)), `shape` (args: the sizes as Consts), `reshape` (args (Ref X,):
+# X's element eid), `gather` (args (Ref V, Ref I): V's row I[...] ), `scatter` (args (Ref V,
+# Ref I): the sum of V's rows whose index is this row), `prng` (args (Ref S,): a random value
+# from state S) and `prng_state` (args (Ref S, Const count): S with its counter advanced).
+EID_OPS = ("index", "shape", "reshape", "gather", "scatter", "prng", "prng_state")
+# Of those, the ones that read their Ref operands at other elements than their own: these
+# operands must be in memory (not computed in the same kernel).
+GATHER_OPS = ("reshape", "gather", "scatter", "prng", "prng_state")
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,20 @@ class Op:
 
 
 Expr = Ref | Const | Op
+
+
+def has_eid_op(e: Expr) -> bool:
+    return isinstance(e, Op) and (e.op in EID_OPS or any(has_eid_op(a) for a in e.args))
+
+
+def gathered(e: Expr) -> set[str]:
+    """Tensors an expression reads away from its own element (see GATHER_OPS)."""
+    if not isinstance(e, Op):
+        return set()
+    out = {a.name for a in e.args if isinstance(a, Ref)} if e.op in GATHER_OPS else set()
+    for a in e.args:
+        out |= gathered(a)
+    return out
 
 
 def expr_refs(e: Expr) -> tuple[str, ...]:
@@ -238,6 +269,8 @@ class Program:
     tensors: Mapping[str, Tensor]
     ops: tuple[Statement, ...]
     source: Source = field(default_factory=lambda: Source(""), compare=False)
+    # 0-d integer inputs used as sizes, with the value they were compiled for.
+    fixed: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]

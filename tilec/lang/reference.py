@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import TileCheckError
 from . import ir
+from .builtins import prng_values
 from .reference_paths import acc_dtype, fast, generic, identity, index_bounds, plan_fast
 
 __all__ = ["NP_DTYPES", "evaluate_program", "evaluate_contraction", "evaluate_expr",
@@ -20,6 +21,8 @@ __all__ = ["NP_DTYPES", "evaluate_program", "evaluate_contraction", "evaluate_ex
 
 NP_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
+    "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
+    "uint32": np.uint32,
 }
 
 Path = Literal["auto", "fast", "generic"]
@@ -107,8 +110,49 @@ def evaluate_expr(e: ir.Expr, env: Mapping[str, np.ndarray]) -> np.ndarray:
         return env[e.name]
     if isinstance(e, ir.Const):
         return np.asarray(e.value, dtype=NP_DTYPES[e.dtype])
+    if e.op in ir.EID_OPS:
+        return _positional(e, [evaluate_expr(a, env) for a in e.args])
     with np.errstate(all="ignore"):
         return _cast(_apply(e, [evaluate_expr(a, env) for a in e.args]), e.dtype)
+
+
+def _positional(e: ir.Op, args: list[np.ndarray]) -> np.ndarray:
+    """The ops whose value depends on the element's position (ir.EID_OPS)."""
+    shape, dt = e.shape, NP_DTYPES[e.dtype]
+    if e.op == "index":
+        axis = int(args[0])
+        view = [1] * len(shape)
+        view[axis] = shape[axis]
+        return np.broadcast_to(np.arange(shape[axis]).reshape(view), shape).astype(dt)
+    if e.op == "shape":
+        return np.array([int(a) for a in args], dtype=dt)
+    if e.op == "reshape":
+        return np.asarray(args[0]).reshape(shape).astype(dt)
+    if e.op == "gather":
+        v, i = args
+        return v[_rows(i, v.shape[0])].astype(dt)
+    if e.op == "scatter":
+        v, i = args
+        work = np.float64 if _is_float(e.dtype) else np.int64
+        out = np.zeros(shape, dtype=work)
+        np.add.at(out, _rows(i, shape[0]).reshape(-1),
+                  v.astype(work).reshape((-1,) + tuple(shape[1:])))
+        return _cast(out, e.dtype)
+    if e.op == "prng":
+        return prng_values(args[0], shape)
+    if e.op == "prng_state":
+        s, count = args
+        flat = np.asarray(s).astype(np.int64).reshape(-1).copy()
+        flat[1] = (flat[1] + int(count)) % 2**32
+        return _cast(flat.astype(np.uint32), e.dtype).reshape(shape)
+    raise TileCheckError(f"unknown positional operation {e.op!r}")
+
+
+def _rows(index: np.ndarray, n: int) -> np.ndarray:
+    # Rows named by an index tensor: truncated toward zero and clamped into [0, n), as the
+    # kernels do (PlaidML clamps too), so that a bad index never reads outside the tensor.
+    with np.errstate(all="ignore"):
+        return np.clip(np.trunc(np.asarray(index, np.float64)), 0, n - 1).astype(np.int64)
 
 
 def _is_float(dtype: str) -> bool:
@@ -161,9 +205,9 @@ def _apply(e: ir.Op, args: list[np.ndarray]) -> np.ndarray:
     if name == "select":
         return np.where(_truthy(args[0]), _work(args[1], dt), _work(args[2], dt))
     if name == "as_float":
-        bits = _const_arg(e, 1)
-        return _cast(args[0], "float16" if bits == 16 else "float32")
-    if name == "as_int":
+        return _cast(args[0], dt)
+    if name in ("as_int", "as_uint"):
+        # Truncation toward zero, then wrap-around into the target width (C's conversions).
         return np.trunc(args[0].astype(_F64)).astype(np.int64)
     if name in _FLOAT_CALLS:
         return _FLOAT_CALLS[name](_work(args[0], dt).astype(_F64))
@@ -194,32 +238,24 @@ def _apply(e: ir.Op, args: list[np.ndarray]) -> np.ndarray:
     if name in _BITS:
         # C leaves shifts by 32 or more undefined; mask like most hardware does.
         b = xs[1] & 31 if name in ("shl", "shr") else xs[1]
-        return _BITS[name](xs[0].astype(np.int32), b.astype(np.int32))
+        work = np.int32 if dt == "bool" else NP_DTYPES[dt]
+        return _BITS[name](_cast(xs[0], dt).astype(work), b.astype(work))
     raise TileCheckError(f"unknown elementwise operation {name!r}")
-
-
-def _const_arg(e: ir.Op, i: int) -> int:
-    a = e.args[i]
-    if not isinstance(a, ir.Const):
-        raise TileCheckError(f"{e.op} needs a constant bit width")
-    return int(a.value)
 
 
 def _dtype_name(a: np.ndarray) -> str:
     kind = np.asarray(a).dtype
-    if kind == np.bool_:
-        return "bool"
-    if kind == np.float16:
-        return "float16"
-    if kind.kind == "f":
-        return "float32"
-    return "int32"
+    if kind.name in ir.DTYPES:
+        return kind.name
+    return "float32" if kind.kind == "f" else "int32"
 
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Random test data: never zeros, never all-equal."""
-    if dtype == "int32":
-        return rng.integers(-8, 9, size=shape).astype(np.int32)
+    if dtype in ir.UNSIGNED_DTYPES:
+        return rng.integers(1, 17, size=shape).astype(NP_DTYPES[dtype])
+    if dtype in ir.INT_DTYPES:
+        return rng.integers(-8, 9, size=shape).astype(NP_DTYPES[dtype])
     if dtype == "bool":
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)

@@ -100,6 +100,27 @@ def classify_output(flat: FlatContraction, out_size: int) -> str:
     return "bijective" if dense else "injective"
 
 
+def _distinct_per_dim(op: ir.Contraction, flat: FlatContraction) -> bool:
+    """Whether distinct index points give distinct output coordinates, dimension by dimension:
+    each output index in one output dimension, whose terms are mixed-radix (every coefficient
+    larger than what the smaller terms can span), as in `O[BO*x + i, ...]` with i < BO.  The
+    flat stride test above can fail for such an output when the box overhangs a dimension; the
+    overhanging points are outside the output and never stored."""
+    ranges = {n: r for n, _, r in flat.index_bounds}
+    seen: set[str] = set()
+    for p in op.out_idx:
+        terms = sorted((abs(c), n) for n, c in p.terms)
+        if any(c.denominator != 1 for c, _ in terms) or seen & {n for _, n in terms}:
+            return False
+        seen |= {n for _, n in terms}
+        span = 0
+        for c, n in terms:
+            if c <= span:
+                return False
+            span += int(c) * (ranges.get(n, 1) - 1)
+    return True
+
+
 def _radix(pairs: list[tuple[int, int]]) -> list[int]:
     out, p = [], 1
     for _, r in pairs:
@@ -115,7 +136,7 @@ def plan_kernels(program: ir.Program) -> KernelPlan:
             flat_op, flat = _flatten(program, op)
             out_map = classify_output(flat, program.tensors[op.output].size)
             if out_map == "overlapping":
-                if flat_op is op:
+                if flat_op is op and not _distinct_per_dim(op, flat):
                     raise overlap_error(op, program.source)
                 # After reduce/defract each output element has one index point by construction.
                 # The stride test fails where the box overhangs a dimension (19 = 2*10 - 1) or
@@ -164,8 +185,15 @@ def _fits(program: ir.Program, group: list, op: ir.Elementwise,
     if c is not None:
         if out_map != "bijective" or program.tensors[c.output].shape != shape:
             return False
-        return True
-    return program.tensors[ew[0].output].shape == shape
+        # Position-dependent nodes (index, gather, ...) need an elementwise kernel's element
+        # number; reading the contraction's output elsewhere than at the element needs it in
+        # memory first.
+        return not ir.has_eid_op(op.expr)
+    if program.tensors[ew[0].output].shape != shape:
+        return False
+    # A gather, reshape, scatter or generator reads its operands at other elements: they must
+    # come from memory, not from this kernel's own values.
+    return not (ir.gathered(op.expr) & {o.output for o in ew})
 
 
 def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:

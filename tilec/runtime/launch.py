@@ -15,13 +15,17 @@ from ..lang import ir
 from .device import Runtime, event_seconds
 from .memory import MemoryPlan
 
-NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_}
+NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
+      "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
+      "uint32": np.uint32}
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
-          "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB)}
+          "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB), "int8": np.int8(-0x55),
+          "uint8": np.uint8(0xAB), "int16": np.int16(-0x2153), "uint16": np.uint16(0xDEAD),
+          "uint32": np.uint32(0xDEADBEEF)}
 
 
 def itemsize(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "int32": 4, "bool": 1}[dtype]
+    return ir.DTYPE_BYTES[dtype]
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,7 @@ def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], progra
     for name, r in ref.items():
         g = got[name]
         dt = program.tensors[name].dtype
-        if dt in ("int32", "bool"):
+        if dt not in ir.FLOAT_DTYPES:
             bad = np.asarray(r != g)
             if bad.any():
                 ok = False
