@@ -275,6 +275,7 @@ class BuiltinChecks:
         dims = []
         for a in args:
             if not self.is_size_expr(a):
+                self.size(a)  # says what is wrong where it can (an input used as a size)
                 raise self.err(f"the sizes of {what} are integers or size expressions", a.span)
             d = self.size(a)
             if d <= 0:

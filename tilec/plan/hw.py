@@ -30,6 +30,7 @@ STAGINGS = ("local", "global")
 VEC_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_ELEM_BYTES: tuple[tuple[str, int], ...] = (
     ("bool", 1), ("float16", 2), ("float32", 4), ("int32", 4),
+    ("int8", 1), ("uint8", 1), ("int16", 2), ("uint16", 2), ("uint32", 4),
 )
 
 
