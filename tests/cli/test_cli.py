@@ -187,3 +187,27 @@ def test_input_of_an_unsupported_type(capsys, matmul, tmp_path):
     np.save(tmp_path / "a.npy", np.zeros((3, 5), dtype=np.complex64))
     err = run_error(capsys, ["eval", str(matmul), "--input", f"A={tmp_path / 'a.npy'}"])
     assert "unsupported element type" in err
+
+
+RESHAPE = ("// shapes: X=4x6\n"
+           "function (X, D) -> (O) {\n"
+           "  O = reshape(X, D, 24 / D);\n"
+           "}\n")
+
+
+def test_value_fixes_an_input_used_as_a_size(capsys, tmp_path: Path):
+    path = tmp_path / "r.tile"
+    path.write_text(RESHAPE)
+    assert main(["check", str(path), "--value", "D=3"]) == 0
+    t = table(capsys.readouterr().out)
+    assert t["D"] == ["scalar", "int32", "input"] and t["O"][0] == "3x8"
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["eval", str(path), "--value", "D=2", "--input", f"X={tmp_path / 'x.npy'}",
+                 "--save", str(tmp_path / "out")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "O.npy"), x.reshape(2, 12))
+    capsys.readouterr()
+    err = run_error(capsys, ["check", str(path)])
+    assert ":3:18: the input 'D' is used as a size" in err and "--value D=N" in err
+    err = run_error(capsys, ["check", str(path), "--value", "D=two"])
+    assert "--value: expected NAME=INTEGER, got 'D=two'" in err

@@ -10,16 +10,18 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TileError
+from ..lang import ir
 from ..lang.reference import random_array
 from ..lang.source import read_source
-from .options import load_inputs, shapes_from
+from .options import dtypes_from, load_inputs, shapes_from, values_from, with_values
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ..lang.api import check_program
 
     src = read_source(args.file)
-    program = check_program(src, shapes_from(args, src), args.dtype)
+    values = values_from(args)
+    program = check_program(src, shapes_from(args, src), dtypes_from(args, src, values), values)
     for name, t in program.tensors.items():
         role = ("input" if name in program.inputs else
                 "output" if name in program.outputs else "temporary")
@@ -34,14 +36,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..lang.reference import evaluate_program
 
     src = read_source(args.file)
-    arrays = load_inputs(args.input or [])
+    values = values_from(args)
+    arrays = with_values(load_inputs(args.input or []), values)
     # Inputs given as arrays keep their shapes and element types (as `tilec.evaluate` does);
     # the others take --shape (or the `// shapes:` comment) and --dtype.
     shapes = {**shapes_from(args, src), **{k: a.shape for k, a in arrays.items()}}
     fn = parse(src)
     dtypes = {i.name: normalize_dtype(arrays[i.name].dtype, f"--input {i.name}")
               if i.name in arrays else args.dtype for i in fn.inputs}
-    program = check_program(fn, shapes, dtypes)
+    values = {k: int(a) for k, a in arrays.items()
+              if a.shape == () and dtypes.get(k) in ir.INT_DTYPES}
+    program = check_program(fn, shapes, dtypes, values)
     rng = np.random.default_rng(args.seed)
     for name in program.inputs:
         if name not in arrays:
@@ -68,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",
                         help="an input's shape (default: the file's `// shapes:` comment)")
         sp.add_argument("--dtype", default="float32", help="element type of the inputs")
+        sp.add_argument("--value", action="append", metavar="NAME=INT",
+                        help="a 0-d integer input the program uses as a size (PlaidML's "
+                        "integer parameters): fixed when compiling")
 
     sp = sub.add_parser("check", help="check a program and print every tensor's shape")
     common(sp)

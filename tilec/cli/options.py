@@ -27,6 +27,35 @@ def shapes_from(args: argparse.Namespace, source: Source) -> dict[str, tuple[int
     return given if given else default_shapes(source)
 
 
+def values_from(args: argparse.Namespace) -> dict[str, int]:
+    """`--value D=4`: a 0-d integer input the program uses as a size, fixed when compiling."""
+    out = {}
+    for spec in getattr(args, "value", None) or []:
+        name, sep, val = spec.partition("=")
+        try:
+            out[name.strip()] = int(val)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise TileError(f"--value: expected NAME=INTEGER, got {spec!r}")
+    return out
+
+
+def dtypes_from(args: argparse.Namespace, source: Source,
+                values: dict[str, int]) -> str | dict[str, str]:
+    """--dtype for every input, but int32 for those fixed with --value."""
+    if not values:
+        return args.dtype
+    from ..lang.api import parse
+
+    return {i.name: "int32" if i.name in values else args.dtype for i in parse(source).inputs}
+
+
+def with_values(arrays: dict[str, np.ndarray], values: dict[str, int]) -> dict[str, np.ndarray]:
+    """Inputs fixed with --value take that value (unless given as arrays)."""
+    return {**{k: np.int32(v) for k, v in values.items()}, **arrays}
+
+
 def load_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     out = {}
     for spec in specs:

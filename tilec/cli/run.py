@@ -10,12 +10,21 @@ import numpy as np
 
 from ..errors import TileError
 from ..lang.source import read_source
-from .options import add_device_options, make_config, shapes_from
+from .options import (
+    add_device_options,
+    dtypes_from,
+    make_config,
+    shapes_from,
+    values_from,
+    with_values,
+)
 
 
 def _compile(args: argparse.Namespace, src):
     from ..compiler import compile as tile_compile
-    return tile_compile(src, shapes_from(args, src), dtype=args.dtype, config=make_config(args))
+    values = values_from(args)
+    return tile_compile(src, shapes_from(args, src), dtype=dtypes_from(args, src, values),
+                        config=make_config(args), values=values)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -51,6 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if arrays and not args.shape:
             args.shape = [f"{k}={'x'.join(map(str, a.shape))}" for k, a in arrays.items()]
         exe = _compile(args, src)
+        arrays = with_values(arrays, values_from(args))
         model = f"hardware model: {exe.hw.name}"
     rng = np.random.default_rng(args.seed)
     for name in exe.program.inputs:

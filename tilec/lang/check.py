@@ -211,10 +211,11 @@ class _Checker(BuiltinChecks):
             if e.id not in self.sizes:
                 known = ", ".join(sorted(n for n in self.sizes if "." not in n)) or "none"
                 t = self.tensors.get(e.id)
-                if t is not None and t.shape == () and t.dtype in ir.INT_DTYPES:
-                    raise self.err(f"the input {e.id!r} is used as a size, so its value must "
-                                   "be known when compiling: give it (tilec.compile(..., "
-                                   f"values={{'{e.id}': N}}), or --value {e.id}=N)", e.span)
+                if t is not None and t.shape == () and e.id in {i.name for i in self.fn.inputs}:
+                    raise self.err(f"the input {e.id!r} is used as a size, so it is a 0-d "
+                                   "integer whose value must be known when compiling: give "
+                                   f"it (tilec.compile(..., values={{'{e.id}': N}}), or "
+                                   f"--value {e.id}=N)", e.span)
                 raise self.err(f"unknown size symbol {e.id!r} (size symbols: {known})", e.span)
             return self.sizes[e.id]
         if isinstance(e, ast.Unary) and e.op == "neg":
