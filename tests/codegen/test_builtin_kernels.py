@@ -122,3 +122,7 @@ def test_value_bound_input_is_checked_at_run_time():
     np.testing.assert_array_equal(out["O"], x.reshape(2, 3))
     with pytest.raises(TileError, match="compiled with D = 2"):
         exe.run({"X": x, "D": np.int32(3)})
+
+
+def test_erf():
+    _run("function (X) -> (O) { O = erf(X * 3.0) + erf(2); }", {"X": (5, 7)}, {})

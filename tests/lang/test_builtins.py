@@ -256,3 +256,11 @@ def test_input_used_as_a_size_needs_its_value_when_compiling():
         check_program(text, {"X": (4,), "D": ()}, {"X": "float32", "D": "float32"}, {"D": 2})
     with pytest.raises(TileCheckError, match="not an input"):
         check_program(text, {"X": (4,), "D": ()}, {"X": "float32", "D": "int32"}, {"Q": 2})
+
+
+def test_erf_reference():
+    import math
+
+    x = f32(11)
+    out = tilec.evaluate("function (X) -> (O) { O = erf(X); }", X=x)
+    np.testing.assert_allclose(out["O"], [math.erf(v) for v in x.astype(np.float64)], rtol=1e-6)

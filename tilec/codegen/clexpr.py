@@ -147,7 +147,7 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
             return _cast(a, ta, dt), dt
         conv = [_cast(a, ta, dt) for a, ta in args]
         if x.op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "round", "sin", "cos", "tan",
-                    "asin", "acos", "atan", "sinh", "cosh"):
+                    "asin", "acos", "atan", "sinh", "cosh", "erf"):
             if c != "float":
                 return conv[0], dt
             return f"{x.op}({conv[0]})", dt

@@ -178,11 +178,11 @@ CALLS = {  # name -> arity
     "ceil": 1, "min": 2, "max": 2, "pow": 2,
     # PlaidML's trigonometric and rounding builtins (round: halves away from zero, as OpenCL's)
     "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
-    "round": 1,
+    "round": 1, "erf": 1,
 }
 # Calls computed in floating point whatever their operands (integers become float32).
 FLOAT_CALLS = ("exp", "log", "sqrt", "tanh", "sigmoid", "pow", "sin", "cos", "tan", "asin",
-               "acos", "atan", "sinh", "cosh")
+               "acos", "atan", "sinh", "cosh", "erf")
 COMPARISONS = ("eq", "ne", "lt", "gt", "le", "ge", "and", "or", "not")
 # Conversions (`as_float(X, 16)`): the second argument is the bit width, a Const.
 CONVERSIONS = ("as_float", "as_int", "as_uint")

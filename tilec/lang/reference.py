@@ -6,6 +6,7 @@ and otherwise on a generic chunked enumeration of the index box (see `reference_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Literal
 
@@ -185,7 +186,8 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
 _FLOAT_CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
                 "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "tan": np.tan,
                 "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
-                "cosh": np.cosh, "round": _round_half_away}
+                "cosh": np.cosh, "round": _round_half_away,
+                "erf": np.vectorize(math.erf, otypes=[np.float64])}
 _BITS = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
          "shl": np.left_shift, "shr": np.right_shift}
 
