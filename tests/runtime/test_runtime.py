@@ -80,3 +80,25 @@ def test_scalar_input_validates():
     out = exe(A=np.arange(4, dtype=np.float32), S=np.float32(2.5))["B"]
     np.testing.assert_allclose(out, np.arange(4) * 2.5)
     assert exe.last_validation.ok
+
+
+def test_named_model_vectors_capped_on_a_device_that_computes_them_wrongly():
+    # A device whose probe saw only 4-wide vectors computed right: a named model planning 8
+    # gets 4 (with a warning), and an explicit wider vector width is refused.
+    import types
+    import warnings
+
+    from tilec.config import Config
+    from tilec.errors import TileError, TileWarning
+    from tilec.runtime.device import hw_model_for
+
+    fake = types.SimpleNamespace(vector_limit=4, info=types.SimpleNamespace(label="probe: cpu"))
+    with pytest.warns(TileWarning, match="computes vectors wider than 4 wrongly"):
+        model = hw_model_for("pocl-cpu", Config(), fake)
+    assert model.vec_size == 4 and "capped at 4" in model.source
+    with pytest.raises(TileError, match="vector width 8: probe: cpu computes vectors wider"):
+        hw_model_for("pocl-cpu", Config(vector_width=8), fake)
+    fine = types.SimpleNamespace(vector_limit=16, info=fake.info)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hw_model_for("pocl-cpu", Config(), fine).vec_size == 8

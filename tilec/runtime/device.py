@@ -8,12 +8,12 @@ import re
 import threading
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..config import Config
-from ..errors import BuildError, DeviceError
+from ..errors import BuildError, DeviceError, TileError, TileWarning
 from ..plan.hw import HwModel
 from ..plan.hw_device import from_device
 from .cache import ProgramCache
@@ -416,9 +416,24 @@ def _explain_build(log: str, source: str) -> str:
 def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
     """The hardware model to plan for: the one given, the named one, or the device's own
     (its queries, vectors capped at the width the probe saw computed correctly)."""
+    limit = runtime.vector_limit
+    if config.vector_width and limit and config.vector_width > limit:
+        raise TileError(f"vector width {config.vector_width}: {runtime.info.label} computes "
+                        f"vectors wider than {limit} wrongly (the device probe checks every "
+                        f"lane); use {limit} or less")
     if isinstance(hw, HwModel):
-        return hw
-    name = hw or config.hw
-    if name and name != "auto":
-        return HwModel.load(name)
-    return from_device(runtime.device, max_vec=runtime.vector_limit)
+        model = hw
+    elif (name := hw or config.hw) and name != "auto":
+        model = HwModel.load(name)
+    else:
+        return from_device(runtime.device, max_vec=limit)
+    if limit and model.vec_size > limit and not config.vector_width:
+        # A model written for another device would make kernels that compute wrong results
+        # here: plan narrower vectors, and say so.
+        warnings.warn(TileWarning(
+            f"hardware model {model.name!r} plans {model.vec_size}-wide vectors, but "
+            f"{runtime.info.label} computes vectors wider than {limit} wrongly: planning "
+            f"{limit}-wide ones"), stacklevel=3)
+        model = replace(model, vec_size=limit,
+                        source=f"{model.source}; vectors capped at {limit} for this device")
+    return model
