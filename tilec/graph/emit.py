@@ -103,6 +103,10 @@ def affine(terms: Mapping[str, int], const: int = 0) -> str:
     return text[2:] if text.startswith("+ ") else "-" + text[2:]
 
 
+_INFIX = {"eq": "==", "ne": "!=", "lt": "<", "gt": ">", "le": "<=", "ge": ">=", "and": "&&",
+          "or": "||"}
+
+
 def ew_text(op: str, args: Sequence[str], attrs: Mapping[str, object], dtype: str) -> str:
     """An elementwise op as a Tile expression of its operand texts."""
     a = args[0] if args else ""
@@ -115,8 +119,16 @@ def ew_text(op: str, args: Sequence[str], attrs: Mapping[str, object], dtype: st
         return f"({a} {sym} {args[1]})"
     if op == "neg":
         return f"(-{a})"
-    if op in ("relu", "sigmoid", "tanh", "sqrt", "exp"):
+    if op in ("relu", "sigmoid", "tanh", "sqrt", "exp", "log", "erf", "sin", "cos", "abs"):
         return f"{op}({a})"
+    if op in ("pow", "min", "max"):
+        return f"{op}({a}, {args[1]})"
+    if op in _INFIX:
+        return f"({a} {_INFIX[op]} {args[1]})"
+    if op == "not":
+        return f"(!{a})"
+    if op == "where":
+        return f"({a} ? {args[1]} : {args[2]})"
     if op == "relu6":
         return f"min(max({a}, {L(0)}), {L(6)})"
     if op == "leaky_relu":

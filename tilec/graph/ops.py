@@ -16,8 +16,13 @@ import numpy as np
 from ..errors import TileError
 from .core import GraphBase, Value, register_operators
 
+# Unary calls Tile computes in floating point (`ops_math` adds the rest of its functions).
+FLOAT_OPS = frozenset({"sigmoid", "tanh", "sqrt", "exp", "log", "erf", "sin", "cos", "pow"})
+# Comparisons and logic (`ops_math`): their results are bool.
+BOOL_OPS = frozenset({"eq", "ne", "lt", "gt", "le", "ge", "not", "and", "or"})
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "relu6", "leaky_relu",
-                         "sigmoid", "tanh", "clip", "sqrt", "exp", "fused"})
+                         "sigmoid", "tanh", "clip", "sqrt", "exp", "fused", "log", "erf",
+                         "sin", "cos", "abs", "pow", "min", "max", "where"}) | BOOL_OPS
 ACTIVATIONS = frozenset({"relu", "relu6", "leaky_relu", "sigmoid", "tanh", "clip"})
 
 
@@ -66,9 +71,9 @@ def _elementwise(op: str, xs: Sequence[object], **attrs: object) -> Value:
         raise TileError(f"{op}: operand shapes {shapes} do not broadcast") from None
     dtypes = {v.dtype for v in vals}
     dtype = max(dtypes, key=("bool", "int32", "float16", "float32").index)
-    if op in ("sigmoid", "tanh", "sqrt", "exp") and dtype not in ("float16", "float32"):
+    if op in FLOAT_OPS and dtype not in ("float16", "float32"):
         raise TileError(f"{op} needs a floating-point operand, not {dtype}")
-    return g.add_node(op, vals, shape, dtype, **attrs)
+    return g.add_node(op, vals, shape, "bool" if op in BOOL_OPS else dtype, **attrs)
 
 
 def add(a: object, b: object) -> Value:
@@ -510,9 +515,9 @@ def concat(values: Sequence[Value], axis: int = 0) -> Value:
 # Value's arithmetic operators are these functions.
 register_operators(add=add, sub=sub, mul=mul, div=div, neg=neg)
 
-__all__ = ["ACTIVATIONS", "ELEMENTWISE", "add", "avg_pool2d", "batchnorm", "clip", "concat",
-           "conv", "conv2d", "conv_transpose", "div", "exp", "flatten", "gemm", "global_avg_pool",
-           "global_max_pool", "identity", "leaky_relu", "matmul", "max_pool2d", "mul", "neg",
-           "pool", "reduce_max", "reduce_mean", "reduce_sum", "relu", "relu6", "reshape",
-           "resolve_pads", "sigmoid", "softmax", "sqrt", "sub", "tanh", "transpose",
-           "upsample_nearest", "window_output"]
+__all__ = ["ACTIVATIONS", "BOOL_OPS", "ELEMENTWISE", "FLOAT_OPS", "add", "avg_pool2d",
+           "batchnorm", "clip", "concat", "conv", "conv2d", "conv_transpose", "div", "exp",
+           "flatten", "gemm", "global_avg_pool", "global_max_pool", "identity", "leaky_relu",
+           "matmul", "max_pool2d", "mul", "neg", "pool", "reduce_max", "reduce_mean",
+           "reduce_sum", "relu", "relu6", "reshape", "resolve_pads", "sigmoid", "softmax", "sqrt",
+           "sub", "tanh", "transpose", "upsample_nearest", "window_output"]

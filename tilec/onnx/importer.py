@@ -18,12 +18,15 @@ import numpy as np
 
 from ..errors import TileError
 from ..graph.builder import Graph, GraphExecutable, Value
-from .converters import CONVERTERS, STATIC_OPERANDS, NodeContext
+from .converters import CONVERTERS as BASE_CONVERTERS
+from .converters import STATIC_OPERANDS, NodeContext
+from .elementwise import ELEMENTWISE_CONVERTERS
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..plan.hw import HwModel
 
+CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS}
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 # ONNX TensorProto element type -> tilec storage type.
