@@ -112,7 +112,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     if isinstance(dtype, str):
         dtype = normalize_dtype(dtype)
     program = check_program(source, shapes, dtype, values)
-    plan = plan_kernels(program)
+    plan = plan_kernels(program, rows=config.row_fusion)
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)
     if config.threads is None and model.threads > runtime.max_wg:

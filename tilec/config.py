@@ -23,6 +23,9 @@ class Config:
     # split_choice`): None = where a GPU / local-staging model leaves most threads idle, False =
     # never, True = always where the aggregation allows, an int = that many threads.
     split_reduction: bool | int | None = None
+    # Chains of reductions over the same rows and their elementwise statements (softmax,
+    # normalisations) as one kernel a row per work-group (`plan.rows`); False: one kernel each.
+    row_fusion: bool = True
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
     # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.
     # The CLI fills it from TILEC_CACHE_DIR; library code never reads the environment.

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..lang import ir
 from ..plan.fuse import ContractionKernel, ElementwiseKernel
 from . import clexpr
-from .positional import Positional
 from .contraction import (
     KernelArg,
     KernelSource,
@@ -16,6 +15,7 @@ from .contraction import (
     prod,
     template_env,
 )
+from .positional import Positional
 
 
 def _broadcast_offset(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:

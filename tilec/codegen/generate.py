@@ -13,9 +13,11 @@ from ..config import Config
 from ..errors import TileError
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
+from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
+from .rows import row_source
 
 # A tuning record as generate reads it (tilec.tune.records.TuneRecord): `tile_for(names,
 # ranges)`, `seconds`, `threads`, `local_size`, `device.device`.
@@ -80,6 +82,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines))
+        elif isinstance(k, RowKernel):
+            sources.append(row_source(k, plan.program, hw))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:
@@ -119,8 +123,8 @@ def with_local_size(source: KernelSource, local: int | None) -> KernelSource:
     """An elementwise or init kernel launched with an explicit local size.  OpenCL 1.x wants
     the global size to be a multiple of it; those kernels return early past their element
     count, so rounding the global size up is safe."""
-    if source.kind == "contraction":
-        raise TileError("a contraction's local size is its schedule's thread count")
+    if source.kind in ("contraction", "row"):
+        raise TileError(f"a {source.kind} kernel's local size is its schedule's thread count")
     count = source.global_size if source.local_size is None else _count(source)
     if local is None:
         return replace(source, global_size=count, local_size=None)

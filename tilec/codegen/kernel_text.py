@@ -77,6 +77,15 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
         return None
 
 
+def row_major_strides(shape) -> list[int]:
+    """Element strides of a row-major (C order) tensor of `shape`."""
+    out, s = [], 1
+    for d in reversed(tuple(shape)):
+        out.append(s)
+        s *= d
+    return out[::-1]
+
+
 def buf(name: str) -> str:
     return f"b_{name}"
 

@@ -11,15 +11,7 @@ from collections.abc import Callable
 
 from ..lang import ir
 from . import clexpr
-from .kernel_text import buf
-
-
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
+from .kernel_text import buf, row_major_strides
 
 
 def row_of(index: str, dtype: str, rows: int) -> str:
@@ -64,7 +56,7 @@ class Positional:
 
     def _index(self, x: ir.Op, eid: str) -> str:
         axis = int(x.args[0].value)  # type: ignore[union-attr]
-        stride = _strides(x.shape)[axis]
+        stride = row_major_strides(x.shape)[axis]
         coord = eid if stride == 1 else f"{eid} / {stride}"
         return coord if axis == 0 else f"(({coord}) % {x.shape[axis]})"
 

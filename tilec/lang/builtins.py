@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ..errors import Span, TileCheckError
@@ -203,9 +204,15 @@ class BuiltinChecks:
                            f"{'s' if len(params) > 1 else ''} ({', '.join(params)}), "
                            f"{len(call.args)} given", call.span)
         sizes = _size_params(call.fn)
+        used = set().union(*(_names(st) for st in _inline_body(call.fn)))
         out = target or self._fresh(f"{call.fn.removeprefix('builtin_')}")
         names: dict[str, str] = {"Y": out}
+        shown: dict[str, str] = {"Y": out}  # for the statements' text
         for p, a in zip(params, call.args, strict=True):
+            if p not in used:  # checked, but it does not enter the value
+                if not self.is_size_expr(a):
+                    self.expr(a)
+                continue
             if p in sizes:
                 if not self.is_size_expr(a):
                     raise self.err(f"argument {p} of {call.fn} is a size: an expression of "
@@ -213,16 +220,19 @@ class BuiltinChecks:
                 internal = f"{p}.{len(self.sizes)}"  # a dot: never a user's or index name
                 self.sizes[internal] = self.size(a)
                 names[p] = internal
+                shown[p] = str(self.sizes[internal])
             else:
-                names[p] = self._hoist(a, f"{out}_{p}")
+                names[p] = shown[p] = self._hoist(a, f"{out}_{p}")
         body = _inline_body(call.fn)
         for st in body:
             assigned = st.output.name if isinstance(st, ast.Contraction) else st.name
             if assigned not in names:
-                names[assigned] = self._fresh(f"{out}_{assigned}")
+                names[assigned] = shown[assigned] = self._fresh(f"{out}_{assigned}")
         try:
             for st in body:
-                st = replace(renamed(st, names, call.span), text=f"{text}  [{call.fn}]")
+                own = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: shown.get(m.group(), m.group()),
+                             st.text.strip().rstrip(";"))
+                st = replace(renamed(st, names, call.span), text=f"{own}  [{text}]")
                 if isinstance(st, ast.Contraction):
                     self.ops.append(self._contraction(st, internal=True))
                 else:

@@ -13,6 +13,7 @@ from ..lang import ir
 from .defract import overlap_error, rewritten
 from .flat import FlatContraction
 from .flatten import flatten
+from .rows import RowKernel, find_groups
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class ElementwiseKernel:
         return tuple(o.output for o in self.ops)
 
 
-Kernel = ContractionKernel | ElementwiseKernel
+Kernel = ContractionKernel | ElementwiseKernel | RowKernel
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def _count_ops(e: ir.Expr) -> int:
 
 
 def _reads(k: Kernel) -> set[str]:
+    if isinstance(k, RowKernel):
+        return k.reads()
     ops = k.post_ops if isinstance(k, ContractionKernel) else k.ops
     names = {r for o in ops for r in ir.expr_refs(o.expr)}
     if isinstance(k, ContractionKernel):
@@ -129,9 +132,18 @@ def _radix(pairs: list[tuple[int, int]]) -> list[int]:
     return out
 
 
-def plan_kernels(program: ir.Program) -> KernelPlan:
+def plan_kernels(program: ir.Program, *, rows: bool = True) -> KernelPlan:
+    """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`)."""
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
-    for op in program.ops:
+    row_groups = find_groups(program) if rows else {}
+    skip_to = 0
+    for i, op in enumerate(program.ops):
+        if i < skip_to:
+            continue
+        if i in row_groups:
+            skip_to, row_kernel = row_groups[i]
+            groups.append([row_kernel, None, None, "rows"])
+            continue
         if isinstance(op, ir.Contraction):
             flat_op, flat = _flatten(program, op)
             out_map = classify_output(flat, program.tensors[op.output].size)
@@ -152,7 +164,9 @@ def plan_kernels(program: ir.Program) -> KernelPlan:
             groups.append([None, None, [op], None])
     kernels: list[Kernel] = []
     for c, flat, ew, out_map in groups:
-        if c is not None:
+        if out_map == "rows":
+            kernels.append(c)
+        elif c is not None:
             kernels.append(ContractionKernel(c, flat, tuple(ew), (), out_map))
         else:
             kernels.append(ElementwiseKernel(tuple(ew), program.tensors[ew[0].output].shape,
@@ -182,6 +196,8 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 def _fits(program: ir.Program, group: list, op: ir.Elementwise,
           shape: tuple[int, ...]) -> bool:
     c, _, ew, out_map = group
+    if out_map == "rows":
+        return False
     if c is not None:
         if out_map != "bijective" or program.tensors[c.output].shape != shape:
             return False
@@ -203,7 +219,9 @@ def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:
         for j in kernels[i + 1:]:
             later |= _reads(j)
         writes = tuple(n for n in k.produces if n in later)
-        if isinstance(k, ContractionKernel):
+        if isinstance(k, RowKernel):
+            out.append(RowKernel(k.ops, k.full, k.axes, writes))
+        elif isinstance(k, ContractionKernel):
             out.append(ContractionKernel(k.op, k.flat, k.post_ops, writes, k.out_map))
         else:
             out.append(ElementwiseKernel(k.ops, k.shape, writes))

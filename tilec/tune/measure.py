@@ -149,7 +149,7 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
     if top_k is not None:
         config = replace(config, top_k=top_k)
     program = check_program(source, shapes, dtype)
-    plan = plan_kernels(program)
+    plan = plan_kernels(program, rows=config.row_fusion)
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)
     sources, searches = generate(plan, model, config)
@@ -245,6 +245,10 @@ def _tune_elementwise(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Co
         sizes = elementwise_local_sizes(base.global_size, kwg, items,
                                         run.bench.runtime.device.max_compute_units)
         run.total += len(sizes) - 1
+    if base.kind == "row":  # its local size is its threads per row: measured as planned
+        results = run.measure([Candidate(k.name, "row", "planned", (), None, base.local_size,
+                                         0, None, base)], first=True)
+        return _finish(k, plan, hw, config, device, results, results[0], None, None)
     results = run.measure([Candidate(k.name, "elementwise", "lws", (), None, s, 0, None,
                                      with_local_size(base, s)) for s in sizes], first=True)
     return _finish(k, plan, hw, config, device, results, results[0], None, None)

@@ -207,7 +207,9 @@ def kernel_tensors(kernel: Kernel) -> tuple[str, ...]:
     else:
         ops = kernel.ops
     for o in ops:
-        names += [o.output, *ir.expr_refs(o.expr)]
+        reads = [a.tensor for a in o.inputs] if isinstance(o, ir.Contraction) else \
+            list(ir.expr_refs(o.expr))
+        names += [o.output, *reads]
     return tuple(dict.fromkeys(names))
 
 
@@ -221,10 +223,13 @@ def kernel_digest(kernel: Kernel, plan: KernelPlan, hw: HwModel, config: Config)
     it stores) and what the choice was made for (hardware model, codegen options).  Not of
     the generated source: that changes with the tile being tuned."""
     from ..plan.fuse import ContractionKernel
+    from ..plan.rows import RowKernel
 
     tensors = plan.program.tensors
     if isinstance(kernel, ContractionKernel):
         kind, stmts = "contraction", [kernel.op.text] + [p.text for p in kernel.post_ops]
+    elif isinstance(kernel, RowKernel):
+        kind, stmts = "rows", [o.text for o in kernel.ops]
     else:
         kind, stmts = "elementwise", [o.text for o in kernel.ops]
     body = {"kind": kind, "statements": stmts, "writes": list(kernel.writes),

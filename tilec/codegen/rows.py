@@ -1,0 +1,239 @@
+"""OpenCL C for a row-fused kernel (`plan.rows.RowKernel`): softmax, normalisations and other
+chains of reductions over the same rows, one kernel.
+
+A row is owned by a work-group of T threads on a GPU (T from the row's length, each thread
+strides over the row and the partial results meet in a tree in local memory), by one work-item
+on a CPU (its work-groups then hold many rows and need no barrier).  For each reduction the row
+is walked once, computing the full-shape statements it depends on at each element (they are
+never stored unless something outside the kernel reads them); the row statements (the
+reductions' results and what is computed from them) are private values every thread holds.
+A last walk stores the full-shape results.  The walks re-read the row's inputs: a row of a few
+thousand elements stays in the L1/L2 cache between them."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..lang import ir
+from ..plan.hw import HwModel
+from ..plan.rows import RowKernel
+from . import clexpr
+from .kernel_text import (
+    KernelArg,
+    KernelSource,
+    arg_decl,
+    buf,
+    check_int_offsets,
+    row_major_strides,
+    template_env,
+)
+
+MAX_THREADS = 256
+
+
+def threads_for(k: RowKernel, hw: HwModel) -> int:
+    """Threads per row: one on a CPU; on a GPU about four elements a thread, 32 to 256."""
+    if hw.kind == "cpu":
+        return 1
+    want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 4)))))
+    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32))
+    return max(1, min(want, 1 << int(math.log2(cap))))
+
+
+class _RowText:
+    def __init__(self, k: RowKernel, program: ir.Program, threads: int):
+        self.k, self.program, self.T = k, program, threads
+        self.tensors = program.tensors
+        self.full, self.axes = k.full, set(k.axes)
+        self.n = len(self.full)
+        self.stmt = {op.output: op for op in k.ops}
+        self.full_names = [op.output for op in k.ops
+                           if isinstance(op, ir.Elementwise)
+                           and self.tensors[op.output].shape == self.full]
+        # The row's axes last and in order: the element number p is the flat offset.
+        self.trailing = tuple(sorted(self.axes)) == tuple(range(self.n - len(self.axes), self.n))
+
+    # offsets -------------------------------------------------------------------------------
+    def offset(self, name: str, in_row: bool) -> str:
+        """Offset of tensor `name` (broadcast to F) at this row (and element, `in_row`)."""
+        shape = self.tensors[name].shape
+        if shape == self.full and self.trailing:
+            return "row_base + p" if in_row else "row_base"
+        pad = (1,) * (self.n - len(shape)) + tuple(shape)
+        strides = (0,) * (self.n - len(shape)) + tuple(row_major_strides(shape))
+        terms = []
+        for d in range(self.n):
+            if pad[d] == 1:
+                continue
+            if d in self.axes and not in_row:
+                raise ValueError(f"{name} varies along the row")
+            terms.append(f"a{d}" if strides[d] == 1 else f"a{d} * {strides[d]}")
+        return " + ".join(terms) if terms else "0"
+
+    def load(self, name: str, in_row: bool) -> str:
+        return clexpr.load(buf(name), self.offset(name, in_row), self.tensors[name].dtype)
+
+    # values --------------------------------------------------------------------------------
+    def _ref(self, in_row: bool):
+        def ref(name: str) -> str:
+            if name in self.stmt and name in self.full_names:
+                return f"f_{name}"
+            if name in self.stmt:
+                return f"r_{name}"
+            return self.load(name, in_row)
+        return ref
+
+    def needed(self, names: set[str]) -> list[str]:
+        """The full statements `names` depend on, in program order."""
+        need, todo = set(), list(names)
+        while todo:
+            n = todo.pop()
+            if n in self.full_names and n not in need:
+                need.add(n)
+                todo += list(ir.expr_refs(self.stmt[n].expr))
+        return [n for n in self.full_names if n in need]
+
+    def walk(self, targets: set[str], body_tail: list[str]) -> list[str]:
+        """A loop over the row's elements computing what `targets` need, then `body_tail`."""
+        lines = []
+        for n in self.needed(targets):
+            op = self.stmt[n]
+            ctype = clexpr.COMPUTE[self.tensors[n].dtype]
+            text = clexpr.expr(op.expr, self._ref(True))
+            lines.append(f"    const {ctype} f_{n} = {text};  /* {op.text} */"
+                         .replace("*/;", "*/"))
+        lines += [f"    {t}" for t in body_tail]
+        coords = [f"    {c}" for c in _used(self.elem_coords(), "\n".join(lines))]
+        step = "++p" if self.T == 1 else f"p += {self.T}"
+        return ([f"for (int p = {'lid' if self.T > 1 else '0'}; p < {self.k.length}; {step}) {{"]
+                + coords + lines + ["}"])
+
+    def _coords(self, axes: list[int], var: str) -> list[str]:
+        """`const int a<d> = ...;` for `axes`, from the mixed-radix number `var` (the last
+        axis fastest)."""
+        out, inner = [], 1
+        for d in reversed(axes):
+            coord = var if inner == 1 else f"{var} / {inner}"
+            coord = coord if d == axes[0] else f"({coord}) % {self.full[d]}"
+            out.append(f"const int a{d} = {coord};")
+            inner *= self.full[d]
+        return out[::-1]
+
+    def row_coords(self) -> list[str]:
+        out = self._coords([d for d in range(self.n) if d not in self.axes], "row")
+        if self.trailing:
+            out.append(f"const int row_base = row * {self.k.length};")
+        return out
+
+    def elem_coords(self) -> list[str]:
+        return self._coords(sorted(self.axes), "p")
+
+    # statements ----------------------------------------------------------------------------
+    def reduction(self, op: ir.Contraction) -> list[str]:
+        name, src = op.output, op.inputs[0].tensor
+        dtype = self.tensors[name].dtype
+        ctype = clexpr.COMPUTE[dtype]
+        acc = f"acc_{name}"
+        value = f"f_{src}" if src in self.full_names else (
+            f"r_{src}" if src in self.stmt else self.load(src, True))
+        value = f"({ctype})({value})" if self.tensors[src].dtype != dtype else value
+        lines = [f"{ctype} {acc} = {clexpr.identity(op.agg, dtype)};  /* {op.text} */"
+                 .replace("*/;", "*/")]
+        lines += self.walk({src}, [f"{acc} = {_combine(op.agg, ctype, acc, value)};"])
+        if self.T > 1:
+            red = f"red_{ctype}"
+            lines += [
+                f"{red}[lid] = {acc};",
+                "barrier(CLK_LOCAL_MEM_FENCE);",
+                f"for (int s = {self.T // 2}; s > 0; s >>= 1) {{",
+                f"    if (lid < s) {red}[lid] = "
+                f"{_combine(op.agg, ctype, f'{red}[lid]', f'{red}[lid + s]')};",
+                "    barrier(CLK_LOCAL_MEM_FENCE);",
+                "}",
+                f"const {ctype} r_{name} = {clexpr.narrow(f'{red}[0]', dtype)};",
+                "barrier(CLK_LOCAL_MEM_FENCE);  /* the buffer is used again */"]
+        else:
+            lines.append(f"const {ctype} r_{name} = {clexpr.narrow(acc, dtype)};")
+        return lines
+
+    def row_statement(self, op: ir.Elementwise) -> list[str]:
+        ctype = clexpr.COMPUTE[self.tensors[op.output].dtype]
+        text = clexpr.expr(op.expr, self._ref(False))
+        return [f"const {ctype} r_{op.output} = {text};  /* {op.text} */".replace("*/;", "*/")]
+
+    def body(self) -> tuple[list[str], list[str]]:
+        lines: list[str] = []
+        locals_: set[str] = set()
+        for op in self.k.ops:
+            if isinstance(op, ir.Contraction):
+                lines += self.reduction(op)
+                locals_.add(clexpr.COMPUTE[self.tensors[op.output].dtype])
+            elif op.output not in self.full_names:
+                lines += self.row_statement(op)
+        full_writes = [n for n in self.k.writes if n in self.full_names]
+        if full_writes:
+            stores = [clexpr.store(buf(n), self.offset(n, True), f"f_{n}",
+                                   self.tensors[n].dtype) for n in full_writes]
+            lines += self.walk(set(full_writes), stores)
+        row_writes = [n for n in self.k.writes if n not in self.full_names]
+        if row_writes:
+            stores = [clexpr.store(buf(n), self.offset(n, False), f"r_{n}",
+                                   self.tensors[n].dtype) for n in row_writes]
+            lines += (["if (lid == 0) {"] + [f"    {s}" for s in stores] + ["}"]
+                      if self.T > 1 else stores)
+        decls = [f"__local {c} red_{c}[{self.T}];" for c in sorted(locals_)] \
+            if self.T > 1 else []
+        return decls, _used(self.row_coords(), "\n".join(lines)) + lines
+
+
+def _used(coords: list[str], text: str) -> list[str]:
+    """The coordinate definitions (`const int a2 = ...;`) whose name the text uses."""
+    return [c for c in coords if re.search(rf"\b{c.split()[2]}\b", text)]
+
+
+def _combine(agg: str, ctype: str, a: str, b: str) -> str:
+    if agg == "+":
+        return f"{a} + {b}"
+    if agg == "*":
+        return f"{a} * {b}"
+    fn = ("fmax" if agg == ">" else "fmin") if ctype == "float" else \
+        ("max" if agg == ">" else "min")
+    return f"{fn}({a}, {b})"
+
+
+def row_source(k: RowKernel, program: ir.Program, hw: HwModel) -> KernelSource:
+    T = threads_for(k, hw)
+    t = _RowText(k, program, T)
+    for name in set(k.reads()) | set(k.writes):
+        check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
+    decls, body = t.body()
+    if T > 1:
+        head = ["const int row = get_group_id(0);", "const int lid = get_local_id(0);"]
+    else:
+        head = ["const int row = get_global_id(0);", f"if (row >= {k.rows}) return;"]
+    ins = sorted(k.reads())
+    args = [KernelArg(n, "in", program.tensors[n].dtype, program.tensors[n].size) for n in ins]
+    args += [KernelArg(n, "out", program.tensors[n].dtype, program.tensors[n].size)
+             for n in k.writes]
+    axes = ", ".join(str(d) for d in k.axes)
+    how = (f"{T} threads a row, partial results combined in local memory" if T > 1 else
+           "one work-item a row")
+    comment = [op.text.replace("*/", "* /") for op in k.ops] + [
+        f"{k.rows} rows of {k.length} elements (axes {axes} of "
+        f"[{', '.join(map(str, k.full))}]); {how}"]
+    ctx = {"title": f"{k.name}: row-fused kernel generated by tilec", "comment": comment,
+           "name": k.name, "args": [arg_decl(a) for a in args], "wg": T if T > 1 else None,
+           "decls": decls, "head": head, "body": body}
+    text = template_env().get_template("rows.cl.j2").render(k=ctx)
+    per_elem = sum(_ops(op.expr) if isinstance(op, ir.Elementwise) else 1 for op in k.ops
+                   if isinstance(op, ir.Contraction) or op.output in t.full_names)
+    flops = k.rows * k.length * per_elem
+    cost = (f"{k.name}: {how} ({k.rows} rows x {k.length}); intermediate full-shape tensors "
+            f"not stored: {', '.join(n for n in t.full_names if n not in k.writes) or 'none'}")
+    return KernelSource(k.name, "row", text, tuple(args), k.rows * T if T > 1 else k.rows,
+                        T if T > 1 else None, {}, cost, flops)
+
+
+def _ops(e: ir.Expr) -> int:
+    return 1 + sum(_ops(a) for a in e.args) if isinstance(e, ir.Op) else 0
