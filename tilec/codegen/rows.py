@@ -20,6 +20,7 @@ from ..plan.hw import HwModel
 from ..plan.rows import RowKernel
 from . import clexpr
 from .kernel_text import (
+    LANES,
     KernelArg,
     KernelSource,
     arg_decl,
@@ -41,8 +42,19 @@ def threads_for(k: RowKernel, hw: HwModel) -> int:
     return max(1, min(want, 1 << int(math.log2(cap))))
 
 
+# Operations whose OpenCL form works unchanged on float vectors with scalar row values mixed in.
+_VECTOR_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "sigmoid",
+               "abs", "relu", "floor", "ceil", "sin", "cos", "erf")
+
+
+def _vector_safe(e: ir.Expr) -> bool:
+    if isinstance(e, ir.Op):
+        return e.op in _VECTOR_OPS and all(_vector_safe(a) for a in e.args)
+    return True
+
+
 class _RowText:
-    def __init__(self, k: RowKernel, program: ir.Program, threads: int):
+    def __init__(self, k: RowKernel, program: ir.Program, threads: int, vec: int = 1):
         self.k, self.program, self.T = k, program, threads
         self.tensors = program.tensors
         self.full, self.axes = k.full, set(k.axes)
@@ -53,6 +65,15 @@ class _RowText:
                            and self.tensors[op.output].shape == self.full]
         # The row's axes last and in order: the element number p is the flat offset.
         self.trailing = tuple(sorted(self.axes)) == tuple(range(self.n - len(self.axes), self.n))
+        # One work-item a row walks it W elements at a time (vector loads, vector exp) when
+        # the row is the last axis and everything is float32: a scalar loop with a max or a
+        # sum does not vectorise by itself (the compiler may not reorder float operations).
+        names = {n for op in k.ops for n in (op.output, *(
+            [op.inputs[0].tensor] if isinstance(op, ir.Contraction) else ir.expr_refs(op.expr)))}
+        ok = (threads == 1 and vec > 1 and k.axes == (self.n - 1,) and k.length >= vec
+              and all(self.tensors[n].dtype == "float32" for n in names)
+              and all(_vector_safe(self.stmt[n].expr) for n in self.full_names))
+        self.W = vec if ok else 1
 
     # offsets -------------------------------------------------------------------------------
     def offset(self, name: str, in_row: bool) -> str:
@@ -71,17 +92,20 @@ class _RowText:
             terms.append(f"a{d}" if strides[d] == 1 else f"a{d} * {strides[d]}")
         return " + ".join(terms) if terms else "0"
 
-    def load(self, name: str, in_row: bool) -> str:
-        return clexpr.load(buf(name), self.offset(name, in_row), self.tensors[name].dtype)
+    def load(self, name: str, in_row: bool, w: int = 1) -> str:
+        t = self.tensors[name]
+        along = bool(t.shape) and t.shape[-1] != 1  # varies along the (last) row axis
+        return clexpr.load(buf(name), self.offset(name, in_row), t.dtype,
+                           w if in_row and along else 1)
 
     # values --------------------------------------------------------------------------------
-    def _ref(self, in_row: bool):
+    def _ref(self, in_row: bool, w: int = 1):
         def ref(name: str) -> str:
             if name in self.stmt and name in self.full_names:
                 return f"f_{name}"
             if name in self.stmt:
                 return f"r_{name}"
-            return self.load(name, in_row)
+            return self.load(name, in_row, w)
         return ref
 
     def needed(self, names: set[str]) -> list[str]:
@@ -94,20 +118,32 @@ class _RowText:
                 todo += list(ir.expr_refs(self.stmt[n].expr))
         return [n for n in self.full_names if n in need]
 
-    def walk(self, targets: set[str], body_tail: list[str]) -> list[str]:
-        """A loop over the row's elements computing what `targets` need, then `body_tail`."""
+    def walk(self, targets: set[str], tail) -> list[str]:
+        """Loops over the row's elements computing what `targets` need, then `tail(w)` (lines
+        for values w elements wide): a vector loop and a scalar one for the rest, or one loop
+        (strided by the row's threads)."""
+        L, W = self.k.length, self.W
+        if W == 1:
+            step = "++p" if self.T == 1 else f"p += {self.T}"
+            return self._loop(f"int p = {'lid' if self.T > 1 else '0'}; p < {L}; {step}",
+                              targets, tail(1), 1)
+        main = L - L % W
+        out = self._loop(f"int p = 0; p < {main}; p += {W}", targets, tail(W), W)
+        if main < L:
+            out += self._loop(f"int p = {main}; p < {L}; ++p", targets, tail(1), 1)
+        return out
+
+    def _loop(self, head: str, targets: set[str], tail: list[str], w: int) -> list[str]:
         lines = []
         for n in self.needed(targets):
             op = self.stmt[n]
-            ctype = clexpr.COMPUTE[self.tensors[n].dtype]
-            text = clexpr.expr(op.expr, self._ref(True))
+            ctype = _vec(clexpr.COMPUTE[self.tensors[n].dtype], w)
+            text = clexpr.expr(op.expr, self._ref(True, w))
             lines.append(f"    const {ctype} f_{n} = {text};  /* {op.text} */"
                          .replace("*/;", "*/"))
-        lines += [f"    {t}" for t in body_tail]
+        lines += [f"    {t}" for t in tail]
         coords = [f"    {c}" for c in _used(self.elem_coords(), "\n".join(lines))]
-        step = "++p" if self.T == 1 else f"p += {self.T}"
-        return ([f"for (int p = {'lid' if self.T > 1 else '0'}; p < {self.k.length}; {step}) {{"]
-                + coords + lines + ["}"])
+        return [f"for ({head}) {{"] + coords + lines + ["}"]
 
     def _coords(self, axes: list[int], var: str) -> list[str]:
         """`const int a<d> = ...;` for `axes`, from the mixed-radix number `var` (the last
@@ -135,12 +171,28 @@ class _RowText:
         dtype = self.tensors[name].dtype
         ctype = clexpr.COMPUTE[dtype]
         acc = f"acc_{name}"
-        value = f"f_{src}" if src in self.full_names else (
-            f"r_{src}" if src in self.stmt else self.load(src, True))
-        value = f"({ctype})({value})" if self.tensors[src].dtype != dtype else value
-        lines = [f"{ctype} {acc} = {clexpr.identity(op.agg, dtype)};  /* {op.text} */"
-                 .replace("*/;", "*/")]
-        lines += self.walk({src}, [f"{acc} = {_combine(op.agg, ctype, acc, value)};"])
+        W = self.W
+
+        def value(w: int) -> str:
+            v = f"f_{src}" if src in self.full_names else self.load(src, True, w)
+            return f"({ctype})({v})" if self.tensors[src].dtype != dtype else v
+
+        def tail(w: int) -> list[str]:
+            a = acc if w == 1 else f"v{acc}"
+            return [f"{a} = {_combine(op.agg, ctype, a, value(w))};"]
+
+        ident = clexpr.identity(op.agg, dtype)
+        lines = [f"{ctype} {acc} = {ident};  /* {op.text} */".replace("*/;", "*/")]
+        if W > 1:
+            lines.append(f"{ctype}{W} v{acc} = ({ctype}{W})({ident});")
+        lines += self.walk({src}, tail)
+        if W > 1:  # the vector's lanes, then the scalar rest (already in acc)
+            lanes = [f"v{acc}.s{LANES[j]}" for j in range(W)]
+            while len(lanes) > 1:  # a tree over the lanes
+                lanes = [_combine(op.agg, ctype, lanes[j], lanes[j + 1]).join("()")
+                         if op.agg in "+*" else _combine(op.agg, ctype, lanes[j], lanes[j + 1])
+                         for j in range(0, len(lanes), 2)]
+            lines.append(f"{acc} = {_combine(op.agg, ctype, acc, lanes[0])};")
         if self.T > 1:
             red = f"red_{ctype}"
             lines += [
@@ -173,9 +225,9 @@ class _RowText:
                 lines += self.row_statement(op)
         full_writes = [n for n in self.k.writes if n in self.full_names]
         if full_writes:
-            stores = [clexpr.store(buf(n), self.offset(n, True), f"f_{n}",
-                                   self.tensors[n].dtype) for n in full_writes]
-            lines += self.walk(set(full_writes), stores)
+            lines += self.walk(set(full_writes), lambda w: [
+                clexpr.store(buf(n), self.offset(n, True), f"f_{n}", self.tensors[n].dtype, w)
+                for n in full_writes])
         row_writes = [n for n in self.k.writes if n not in self.full_names]
         if row_writes:
             stores = [clexpr.store(buf(n), self.offset(n, False), f"r_{n}",
@@ -202,9 +254,13 @@ def _combine(agg: str, ctype: str, a: str, b: str) -> str:
     return f"{fn}({a}, {b})"
 
 
+def _vec(ctype: str, w: int) -> str:
+    return ctype if w == 1 else f"{ctype}{w}"
+
+
 def row_source(k: RowKernel, program: ir.Program, hw: HwModel) -> KernelSource:
     T = threads_for(k, hw)
-    t = _RowText(k, program, T)
+    t = _RowText(k, program, T, hw.vec_size)
     for name in set(k.reads()) | set(k.writes):
         check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
     decls, body = t.body()
@@ -218,7 +274,7 @@ def row_source(k: RowKernel, program: ir.Program, hw: HwModel) -> KernelSource:
              for n in k.writes]
     axes = ", ".join(str(d) for d in k.axes)
     how = (f"{T} threads a row, partial results combined in local memory" if T > 1 else
-           "one work-item a row")
+           "one work-item a row" + (f", {t.W} elements at a time" if t.W > 1 else ""))
     comment = [op.text.replace("*/", "* /") for op in k.ops] + [
         f"{k.rows} rows of {k.length} elements (axes {axes} of "
         f"[{', '.join(map(str, k.full))}]); {how}"]
