@@ -122,11 +122,13 @@ def main() -> int:
 
             tx = torch.from_numpy(x).cuda()
             tg, tb = torch.from_numpy(g).cuda(), torch.from_numpy(b).cuda()
-            fn = ((lambda: torch.softmax(tx, 1)) if name == "softmax" else
-                  (lambda: torch.nn.functional.layer_norm(tx, (C,), tg, tb, 1e-5)))
+            fn = ((lambda tx=tx: torch.softmax(tx, 1)) if name == "softmax" else
+                  (lambda tx=tx, tg=tg, tb=tb: torch.nn.functional.layer_norm(
+                      tx, (C,), tg, tb, 1e-5)))
             tpeer = torch_time(fn, args.repeat)
         else:
-            fn = (lambda: np_softmax(x)) if name == "softmax" else (lambda: np_layernorm(x, g, b))
+            fn = (lambda: np_softmax(x)) if name == "softmax" else (
+                lambda: np_layernorm(x, g, b))
             tpeer = median_wall(fn, args.repeat)
         gbs = 2 * x.nbytes / tf * 1e-9
         print(f"| {name} | {R}x{C} | {tf * 1e3:.3f} ms | {kf} | {tp * 1e3:.3f} ms | {kp} | "
