@@ -93,13 +93,14 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=8192)
     ap.add_argument("--cols", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--threads", type=int, help="at most this many threads a row (GPU)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     R, C = args.rows, args.cols
     x = rng.standard_normal((R, C)).astype(np.float32)
     g = rng.uniform(0.5, 1.5, C).astype(np.float32)
     b = rng.uniform(-0.5, 0.5, C).astype(np.float32)
-    fused = Config(device=args.device)
+    fused = Config(device=args.device, threads=args.threads)
     plain = Config(device=args.device, row_fusion=False)
     exe = tilec.compile(SOFTMAX, {"X": (R, C)}, config=fused)
     info = exe.runtime.info

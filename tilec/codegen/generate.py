@@ -83,7 +83,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines))
         elif isinstance(k, RowKernel):
-            sources.append(row_source(k, plan.program, hw))
+            sources.append(row_source(k, plan.program, hw, config.threads))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:

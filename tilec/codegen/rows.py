@@ -31,14 +31,17 @@ from .kernel_text import (
 )
 
 MAX_THREADS = 256
+MAX_SHARE = 16  # elements of a row one thread keeps in registers
 
 
-def threads_for(k: RowKernel, hw: HwModel) -> int:
-    """Threads per row: one on a CPU; on a GPU about four elements a thread, 32 to 256."""
+def threads_for(k: RowKernel, hw: HwModel, threads: int | None = None) -> int:
+    """Threads per row: one on a CPU; on a GPU about four elements a thread, 32 to 256 (or
+    at most `threads`, Config.threads)."""
     if hw.kind == "cpu":
         return 1
     want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 4)))))
-    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32))
+    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32),
+              threads or MAX_THREADS)
     return max(1, min(want, 1 << int(math.log2(cap))))
 
 
@@ -74,6 +77,13 @@ class _RowText:
               and all(self.tensors[n].dtype == "float32" for n in names)
               and all(_vector_safe(self.stmt[n].expr) for n in self.full_names))
         self.W = vec if ok else 1
+        # A work-group a row: when each thread's share of the row is small, the row's inputs
+        # are loaded once into registers (c_X[j], element lid + j*T) and every walk reads them
+        # there; the walks are unrolled over j.
+        share = -(-k.length // threads)
+        self.K = share if threads > 1 and share <= MAX_SHARE else 0
+        self.cached = sorted(n for n in names if n not in self.stmt
+                             and self.tensors[n].shape == self.full) if self.K else []
 
     # offsets -------------------------------------------------------------------------------
     def offset(self, name: str, in_row: bool) -> str:
@@ -93,6 +103,8 @@ class _RowText:
         return " + ".join(terms) if terms else "0"
 
     def load(self, name: str, in_row: bool, w: int = 1) -> str:
+        if in_row and name in self.cached:
+            return f"c_{name}[j]"
         t = self.tensors[name]
         along = bool(t.shape) and t.shape[-1] != 1  # varies along the (last) row axis
         return clexpr.load(buf(name), self.offset(name, in_row), t.dtype,
@@ -123,6 +135,9 @@ class _RowText:
         for values w elements wide): a vector loop and a scalar one for the rest, or one loop
         (strided by the row's threads)."""
         L, W = self.k.length, self.W
+        if self.K:
+            return self._loop(f"int j = 0; j < {self.K}; ++j", targets, tail(1), 1,
+                              unrolled=True)
         if W == 1:
             step = "++p" if self.T == 1 else f"p += {self.T}"
             return self._loop(f"int p = {'lid' if self.T > 1 else '0'}; p < {L}; {step}",
@@ -133,7 +148,8 @@ class _RowText:
             out += self._loop(f"int p = {main}; p < {L}; ++p", targets, tail(1), 1)
         return out
 
-    def _loop(self, head: str, targets: set[str], tail: list[str], w: int) -> list[str]:
+    def _loop(self, head: str, targets: set[str], tail: list[str], w: int,
+              unrolled: bool = False) -> list[str]:
         lines = []
         for n in self.needed(targets):
             op = self.stmt[n]
@@ -143,7 +159,31 @@ class _RowText:
                          .replace("*/;", "*/"))
         lines += [f"    {t}" for t in tail]
         coords = [f"    {c}" for c in _used(self.elem_coords(), "\n".join(lines))]
-        return [f"for ({head}) {{"] + coords + lines + ["}"]
+        if not unrolled:
+            return [f"for ({head}) {{"] + coords + lines + ["}"]
+        return ["#pragma unroll", f"for ({head}) {{"] + self._guarded(coords + lines) + ["}"]
+
+    def _guarded(self, lines: list[str]) -> list[str]:
+        """The body of an unrolled walk: element p = lid + j*T, skipped past the row's end."""
+        head = [f"    const int p = lid + j * {self.T};"]
+        if self.k.length % self.T == 0:
+            return head + lines
+        return head + [f"    if (p < {self.k.length}) {{"] + [f"    {x}" for x in lines] + \
+            ["    }"]
+
+    def fill(self) -> list[str]:
+        """Each thread's elements of the row's cached inputs, loaded once."""
+        out = []
+        for n in self.cached:
+            t = self.tensors[n]
+            c = clexpr.COMPUTE[t.dtype]
+            load = clexpr.load(buf(n), self.offset(n, True), t.dtype)
+            body = [f"    {x}" for x in _used(self.elem_coords(), load)]
+            body.append(f"    c_{n}[j] = {load};")
+            out += [f"{c} c_{n}[{self.K}];  /* the row of {n}, {self.K} elements a thread */",
+                    "#pragma unroll", f"for (int j = 0; j < {self.K}; ++j) {{"] + \
+                self._guarded(body) + ["}"]
+        return out
 
     def _coords(self, axes: list[int], var: str) -> list[str]:
         """`const int a<d> = ...;` for `axes`, from the mixed-radix number `var` (the last
@@ -215,7 +255,7 @@ class _RowText:
         return [f"const {ctype} r_{op.output} = {text};  /* {op.text} */".replace("*/;", "*/")]
 
     def body(self) -> tuple[list[str], list[str]]:
-        lines: list[str] = []
+        lines: list[str] = self.fill()
         locals_: set[str] = set()
         for op in self.k.ops:
             if isinstance(op, ir.Contraction):
@@ -258,8 +298,9 @@ def _vec(ctype: str, w: int) -> str:
     return ctype if w == 1 else f"{ctype}{w}"
 
 
-def row_source(k: RowKernel, program: ir.Program, hw: HwModel) -> KernelSource:
-    T = threads_for(k, hw)
+def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
+               threads: int | None = None) -> KernelSource:
+    T = threads_for(k, hw, threads)
     t = _RowText(k, program, T, hw.vec_size)
     for name in set(k.reads()) | set(k.writes):
         check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
