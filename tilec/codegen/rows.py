@@ -35,11 +35,13 @@ MAX_SHARE = 16  # elements of a row one thread keeps in registers
 
 
 def threads_for(k: RowKernel, hw: HwModel, threads: int | None = None) -> int:
-    """Threads per row: one on a CPU; on a GPU about four elements a thread, 32 to 256 (or
-    at most `threads`, Config.threads)."""
+    """Threads per row: one on a CPU; on a GPU about eight elements a thread, 32 to 256 (or
+    at most `threads`, Config.threads).  Fewer threads, more elements each: each reduction's
+    tree in local memory has fewer barrier steps (H200, 65536 x 1000 softmax: 256 threads
+    0.194 ms, 128 threads 0.141 ms)."""
     if hw.kind == "cpu":
         return 1
-    want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 4)))))
+    want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 8)))))
     cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32),
               threads or MAX_THREADS)
     return max(1, min(want, 1 << int(math.log2(cap))))
