@@ -2,10 +2,10 @@
 lowered to one Tile program.
 
 From the bottom up: `core` (values, nodes, the graph structure), `ops` / `ops_extra` /
-`ops_math` (every op generates Tile from its parameters), `empty` (zero-sized tensors), `emit`
-(the Tile program and its emitter), `views` (reshapes read in place), `lower_ops` (one emitter
-per op), `lower` (graph -> Tile text), `passes` (dead nodes, folding, fusion), and `builder`
-(`Graph`: building, lowering, compiling; `GraphExecutable`)."""
+`ops_math` / `ops_norm` (every op generates Tile from its parameters), `empty` (zero-sized
+tensors), `emit` (the Tile program and its emitter), `views` (reshapes read in place),
+`lower_ops` (one emitter per op), `lower` (graph -> Tile text), `passes` (dead nodes, folding,
+fusion), and `builder` (`Graph`: building, lowering, compiling; `GraphExecutable`)."""
 
 from . import ops
 from .builder import Graph, GraphExecutable

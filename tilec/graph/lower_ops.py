@@ -286,6 +286,7 @@ def _reduce(em: Emitter, node: Node) -> None:
 
 
 def _softmax(em: Emitter, node: Node) -> None:
+    """softmax and log_softmax: one row reduction chain (`tilec.plan.rows`)."""
     x = node.inputs[0]
     xs = em.shape(x)
     axes = tuple(node.get("axes"))  # type: ignore[arg-type]
@@ -298,7 +299,10 @@ def _softmax(em: Emitter, node: Node) -> None:
     em.stmt(f"{_out(M, r_idx, r_shape)} = >({X}[{_idx(iv)}]);")
     em.stmt(f"{E} = exp({X} - {M});")
     em.stmt(f"{_out(S, r_idx, r_shape)} = +({E}[{_idx(iv)}]);")
-    em.stmt(f"{em.define(node)} = {E} / {S};")
+    if node.op == "log_softmax":  # x - max - log(sum): exact where exp(x - max) underflows
+        em.stmt(f"{em.define(node)} = {X} - {M} - log({S});")
+    else:
+        em.stmt(f"{em.define(node)} = {E} / {S};")
 
 
 def _reshape(em: Emitter, node: Node) -> None:
@@ -338,6 +342,6 @@ EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "conv": _conv, "conv_transpose": _conv_transpose, "upsample": _upsample,
     "matmul": _matmul, "gemm": _gemm, "batchnorm": _batchnorm,
     "max_pool": _pool, "avg_pool": _pool, "max_pool_indices": _pool_indices,
-    "reduce": _reduce, "softmax": _softmax,
+    "reduce": _reduce, "softmax": _softmax, "log_softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
 }

@@ -21,12 +21,13 @@ from ..graph.builder import Graph, GraphExecutable, Value
 from .converters import CONVERTERS as BASE_CONVERTERS
 from .converters import STATIC_OPERANDS, NodeContext
 from .elementwise import ELEMENTWISE_CONVERTERS
+from .norms import NORM_CONVERTERS
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..plan.hw import HwModel
 
-CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS}
+CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS, **NORM_CONVERTERS}
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 # ONNX TensorProto element type -> tilec storage type.
