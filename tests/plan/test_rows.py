@@ -71,3 +71,15 @@ def test_intermediates_read_later_are_written():
     names, plan = kinds(text, {"I": (4, 9)})
     row = next(k for k in plan.kernels if isinstance(k, RowKernel))
     assert "E" in row.writes and "O" in row.writes
+
+
+def test_leading_elementwise_statements_join_the_row_kernel():
+    text = """function (X[N, C], G[C]) -> (Y) {
+        X2 = X * X;
+        Q[n, 0 : N, 1] = +(X2[n, c]);
+        Y = X / sqrt(Q / C + 0.000001) * G;
+    }"""
+    names, plan = kinds(text, {"X": (3, 8), "G": (8,)})
+    assert names == ["RowKernel"]
+    assert [o.output for o in plan.kernels[0].ops] == ["X2", "Q", "Y"]
+    assert plan.kernels[0].writes == ("Y",)

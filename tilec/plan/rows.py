@@ -7,10 +7,11 @@ tensors (E above) never reach memory, and the row's reductions run back to back.
 Found by analysing index spaces, not by matching statement text: a *row reduction* is a
 single-operand contraction (+ > < *) that reads a tensor of shape F through one distinct index
 per axis and writes each kept axis with its own index and each reduced axis as `0` of size 1
-(the keep-dims form that broadcasts back over F).  A group starts at a row reduction and takes
-the statements that follow while each is another row reduction over the same F and axes, an
-elementwise statement of shape F (the "full" statements) or of the reduced shape (the "row"
-statements), reading only the group's tensors and tensors that broadcast to its shape.  A
+(the keep-dims form that broadcasts back over F).  A group starts at a row reduction (with the
+full-shape elementwise statements just before it) and takes the statements that follow while
+each is another row reduction over the same F and axes, an elementwise statement of shape F
+(the "full" statements) or of the reduced shape (the "row" statements), reading
+only the group's tensors and tensors that broadcast to its shape.  A
 group is kept when a full statement reads a reduction's result: the row comes back, which is
 what a separate contraction kernel would have to read from memory again."""
 
@@ -102,6 +103,12 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
+def _leading(op: ir.Statement, tensors, full: tuple[int, ...]) -> bool:
+    return (isinstance(op, ir.Elementwise) and tensors[op.output].shape == full
+            and not ir.has_eid_op(op.expr)
+            and all(_broadcasts(tensors[n].shape, full) for n in ir.expr_refs(op.expr)))
+
+
 def find_groups(program: ir.Program) -> dict[int, tuple[int, RowKernel]]:
     """Start statement index -> (end index, exclusive; the kernel without writes)."""
     tensors = program.tensors
@@ -146,7 +153,13 @@ def find_groups(program: ir.Program) -> dict[int, tuple[int, RowKernel]]:
                     break
             end += 1
         if returns:
-            out[k] = (end, RowKernel(tuple(ops[k:end]), full, axes, ()))
+            # Full-shape elementwise statements just before the first reduction (RMS norm's
+            # X2 = X * X) join too: the walks compute them instead of reading them.
+            start = k
+            done = max(out.values(), key=lambda v: v[0])[0] if out else 0
+            while start - 1 >= done and _leading(ops[start - 1], tensors, full):
+                start -= 1
+            out[start] = (end, RowKernel(tuple(ops[start:end]), full, axes, ()))
             k = end
         else:
             k += 1
