@@ -116,3 +116,12 @@ def test_bench_passes_arguments_to_the_suite(capfd):
     rc = main(["bench", "--", "--help"])
     assert rc == 0
     assert "--repeat" in capfd.readouterr().out
+
+
+def test_explain_row_fused_kernel(capsys):
+    rc = main(["explain", str(ROOT / "examples" / "softmax.tile"), "--shape", "X=64x1000",
+               "--hw", "nvidia-h100"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "== rows_Y: row-fused, 4 statement(s); 64 rows of 1000 elements" in out
+    assert "128 threads a row" in out and "not stored: E" in out

@@ -15,11 +15,12 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.fuse import ContractionKernel, plan_kernels
     from ..plan.hw import HwModel
     from ..plan.hw_device import from_device
+    from ..plan.rows import RowKernel
     from ..plan.schedule import make_schedule
     from ..plan.search import score_tile, search, write_log
 
     program = check_program(src, shapes, dtype)
-    plan = plan_kernels(program)
+    plan = plan_kernels(program)  # as compile plans it by default (row fusion on)
     if hw_name in (None, "", "auto"):
         from ..runtime.device import Runtime
 
@@ -30,6 +31,9 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     out = [f"hardware model: {hw.describe()}", ""]
     logs = []
     for k in plan.kernels:
+        if isinstance(k, RowKernel):
+            out += _row_kernel(k, program, hw)
+            continue
         if not isinstance(k, ContractionKernel):
             out.append(f"== {k.name}: elementwise, {len(k.ops)} statement(s) over "
                        f"{list(k.shape)}; writes {', '.join(k.writes) or 'nothing'}")
@@ -86,6 +90,17 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         write_log(logs, cost_log)
         out.append(f"cost log written to {cost_log}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _row_kernel(k, program, hw) -> list[str]:
+    """A row-fused kernel: its statements, rows, and how a row is walked on this model."""
+    from ..codegen.rows import row_source
+
+    src = row_source(k, program, hw)
+    return ([f"== {k.name}: row-fused, {len(k.ops)} statement(s); {k.rows} rows of {k.length} "
+             f"elements (axes {', '.join(map(str, k.axes))} of {list(k.full)}); writes "
+             f"{', '.join(k.writes) or 'nothing'}"]
+            + [f"   {op.text}" for op in k.ops] + [f"   {src.cost}", ""])
 
 
 def _rewrites(program, op) -> list[str]:
