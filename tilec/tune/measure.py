@@ -34,6 +34,7 @@ from ..codegen.generate import generate, with_local_size
 from ..config import Config
 from ..errors import DeviceError, Source
 from ..plan.fuse import ContractionKernel, KernelPlan, plan_kernels
+from ..plan.rows import RowKernel
 from ..plan.hw import HwModel
 from ..plan.schedule import make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
@@ -270,8 +271,9 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
                              threads=c.threads, local_size=c.local_size,
                              seconds=best.seconds, rho=rho, regret=regret,  # type: ignore
                              candidates=len(ok))
-    return KernelTuning(k.name, "contraction" if isinstance(k, ContractionKernel)
-                        else "elementwise", kernel_digest(k, plan, hw, config), tuple(results),
+    kind = ("contraction" if isinstance(k, ContractionKernel) else
+            "rows" if isinstance(k, RowKernel) else "elementwise")
+    return KernelTuning(k.name, kind, kernel_digest(k, plan, hw, config), tuple(results),
                         best, first, rho, regret, record)
 
 
