@@ -34,8 +34,8 @@ from ..codegen.generate import generate, with_local_size
 from ..config import Config
 from ..errors import DeviceError, Source
 from ..plan.fuse import ContractionKernel, KernelPlan, plan_kernels
-from ..plan.rows import RowKernel
 from ..plan.hw import HwModel
+from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, event_seconds, hw_model_for
