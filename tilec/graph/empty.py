@@ -55,6 +55,12 @@ def reduction_identity(kind: str, dtype: str) -> object:
         if dtype == "int32":
             return np.iinfo(np.int32).min
         return -np.inf
+    if kind == "min":
+        if dtype == "bool":
+            return True
+        return np.iinfo(np.int32).max if dtype == "int32" else np.inf
+    if kind == "prod":
+        return True if dtype == "bool" else 1
     if kind == "mean":
         if dtype in ("float16", "float32"):
             return np.nan

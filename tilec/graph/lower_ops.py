@@ -10,6 +10,7 @@ import numpy as np
 
 from .core import Node
 from .emit import Emitter, affine, ew_text, lit
+from .lower_index import INDEX_EMITTERS
 from .ops import ELEMENTWISE
 
 
@@ -278,7 +279,7 @@ def _reduce(em: Emitter, node: Node) -> None:
     iv = [f"i{j}" for j in range(len(xs))]
     o_idx = ["0" if j in axes else iv[j] for j in range(len(xs)) if keep or j not in axes]
     target = _target(em, node, kind == "mean")
-    agg = {"sum": "+", "mean": "+", "max": ">"}[str(kind)]
+    agg = {"sum": "+", "mean": "+", "max": ">", "min": "<", "prod": "*"}[str(kind)]
     em.stmt(f"{_out(target, o_idx, node.shape)} = {agg}({em.ref(x)}[{_idx(iv)}]);")
     if kind == "mean":
         count = math.prod(xs[j] for j in axes)
@@ -344,4 +345,5 @@ EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "max_pool": _pool, "avg_pool": _pool, "max_pool_indices": _pool_indices,
     "reduce": _reduce, "softmax": _softmax, "log_softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
+    **INDEX_EMITTERS,
 }

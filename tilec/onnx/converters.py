@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TileError
-from ..graph import ops
+from ..graph import ops, ops_index
 from ..graph.builder import Graph, Value
 from ..graph.ops_extra import batchnorm_training, max_pool_with_indices
 
@@ -26,6 +26,8 @@ class NodeContext:
         self.node = node
         self.opset = opset
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        # ONNX name -> value known at load time, in the model's type (`fold`)
+        self.known: dict[str, np.ndarray] = {}
 
     @property
     def where(self) -> str:
@@ -58,6 +60,8 @@ class NodeContext:
         v = self.input(i)
         if v is None:
             return None
+        if self.node.input[i] in self.known:
+            return self.known[self.node.input[i]]
         if not self.g.is_constant(v.name):
             raise self.fail(f"the {what} must be a constant (an initializer, a Constant node, "
                             "or an input whose value is given when the model is run)")
@@ -311,7 +315,9 @@ def _flatten(c: NodeContext) -> list[Value]:
 
 
 def _reduce(kind: str, axes_input_since: int) -> Converter:
-    fn = {"sum": ops.reduce_sum, "mean": ops.reduce_mean, "max": ops.reduce_max}[kind]
+    fn = {"sum": ops.reduce_sum, "mean": ops.reduce_mean, "max": ops.reduce_max,
+          "min": ops_index.reduce_min, "prod": ops_index.reduce_prod,
+          "l2": ops_index.reduce_l2}[kind]
 
     def convert(c: NodeContext) -> list[Value]:
         x = c.need(0)
@@ -379,10 +385,14 @@ CONVERTERS: dict[str, Converter] = {
     "ReduceSum": _reduce("sum", 13),
     "ReduceMean": _reduce("mean", 18),
     "ReduceMax": _reduce("max", 18),
+    "ReduceMin": _reduce("min", 18),
+    "ReduceProd": _reduce("prod", 18),
+    "ReduceL2": _reduce("l2", 18),
     "Identity": lambda c: [c.need(0)],
     "Constant": _constant,
 }
 
 # Operands that fix the program's shape: they must be known when the graph is built.
 STATIC_OPERANDS = {("Reshape", 1), ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1),
+                   ("ReduceMin", 1), ("ReduceProd", 1), ("ReduceL2", 1),
                    ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1)}

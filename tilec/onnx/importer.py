@@ -21,13 +21,16 @@ from ..graph.builder import Graph, GraphExecutable, Value
 from .converters import CONVERTERS as BASE_CONVERTERS
 from .converters import STATIC_OPERANDS, NodeContext
 from .elementwise import ELEMENTWISE_CONVERTERS
+from .fold import graph_constant, try_fold
 from .norms import NORM_CONVERTERS
+from .shape_ops import SHAPE_CONVERTERS, SHAPE_STATIC_OPERANDS
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..plan.hw import HwModel
 
-CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS, **NORM_CONVERTERS}
+CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS, **NORM_CONVERTERS,
+              **SHAPE_CONVERTERS}
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 # ONNX TensorProto element type -> tilec storage type.
@@ -88,7 +91,8 @@ class ModelInfo:
         init = {t.name for t in g.initializer}
         self.inputs = [i for i in g.input if i.name not in init]
         names = {i.name for i in self.inputs}
-        self.static = sorted({n.input[k] for n in g.node for (op, k) in STATIC_OPERANDS
+        self.static = sorted({n.input[k] for n in g.node
+                              for (op, k) in STATIC_OPERANDS | SHAPE_STATIC_OPERANDS
                               if n.op_type == op and k < len(n.input) and n.input[k] in names})
         self.out_dtypes = {o.name: _np_dtype(o, "output") for o in g.output}
         self.in_dtypes = {i.name: _np_dtype(i, "input") for i in self.inputs}
@@ -127,14 +131,18 @@ def to_graph(model: str | Path | Any, arrays: Mapping[str, np.ndarray] | None = 
 
     g = Graph(model.graph.name or "onnx")
     env: dict[str, Value] = {}
+    # Values known now, in the model's types: shape arithmetic on them folds (`fold`).
+    known: dict[str, np.ndarray] = {}
     arrays = arrays or {}
     for t in model.graph.initializer:
-        env[t.name] = g.constant(numpy_helper.to_array(t), t.name)
+        known[t.name] = numpy_helper.to_array(t)
+        env[t.name] = graph_constant(g, known[t.name], t.name)
     for i in info.inputs:
         if i.name in info.static:
             if i.name not in arrays:
                 raise TileError(f"input {i.name} decides a shape: give its value")
-            env[i.name] = g.constant(np.asarray(arrays[i.name]), i.name)
+            known[i.name] = np.asarray(arrays[i.name])
+            env[i.name] = graph_constant(g, known[i.name], i.name)
             continue
         shape = info.declared_shape(i.name)
         if i.name in arrays:
@@ -146,7 +154,14 @@ def to_graph(model: str | Path | Any, arrays: Mapping[str, np.ndarray] | None = 
         env[i.name] = g.input(i.name, shape, _DTYPES[i.type.tensor_type.elem_type])
     opset = _opset(model)
     for node in model.graph.node:
+        folded = try_fold(node, opset, env, known)
+        if folded is not None:
+            for name, arr in zip([o for o in node.output if o], folded, strict=False):
+                known[name] = arr
+                env[name] = graph_constant(g, arr, name)
+            continue
         ctx = NodeContext(g, env, node, opset)
+        ctx.known = known
         try:
             outs = CONVERTERS[node.op_type](ctx)
         except TileError as e:
