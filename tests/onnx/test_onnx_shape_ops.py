@@ -560,3 +560,17 @@ REFUSED = {
     "test_hannwindow_symmetric_expanded": "the limit must be a constant",
     "test_wrap_pad": "attribute mode='wrap' is not supported",
 }
+
+
+def test_int64_data_past_int32_is_refused_not_clamped():
+    # Only slices' "to the end" sentinels (past 2^62) are brought into int32; a value such as
+    # 2^40 used as data is refused, never changed.
+    import tilec.onnx
+
+    c = numpy_helper.from_array(np.array([2**40, 3], np.int64), "C")
+    g = helper.make_graph([helper.make_node("Add", ["X", "C"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.INT64, [2])], [c])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(TileError, match="does not fit in int32"):
+        tilec.onnx.load(m)(X=np.array([1, 2], np.int64))

@@ -28,13 +28,16 @@ MAX_ELEMENTS = 1 << 20
 
 
 def graph_constant(g: Graph, array: np.ndarray, name: str) -> Value:
-    """A graph constant of a known array; 64-bit integers beyond int32 (INT64_MAX as a
-    slice's "to the end") are clamped into it: as shape operands they are read unclamped."""
+    """A graph constant of a known array.  The 64-bit "to the end" sentinels of slices
+    (INT64_MAX, INT64_MIN and their neighbours, past +-2^62) become int32's extremes (as shape
+    operands they are read unchanged); any other integer beyond int32 is left for
+    `Graph.constant` to refuse, not changed."""
     a = np.asarray(array)
     if a.dtype.kind in "iu" and a.size:
         info = np.iinfo(np.int32)
-        if a.max() > info.max or a.min() < info.min:
-            a = np.clip(a, info.min, info.max)
+        big = np.abs(a.astype(np.float64)) >= 2.0**62
+        if big.any():
+            a = np.where(big, np.where(a > 0, info.max, info.min), a).astype(a.dtype)
     return g.constant(a, name)
 
 
