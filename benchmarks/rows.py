@@ -15,12 +15,19 @@ import datetime
 import platform
 import statistics
 import subprocess
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import tilec
 from tilec.config import Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu import torch_timer  # noqa: E402
+from harness import median_wall  # noqa: E402
+
+BUDGET = 20.0  # seconds a peer's repeats may take
 
 SOFTMAX = """function (X[R, C]) -> (Y) {
     M[r, 0 : R, 1] = >(X[r, c]);
@@ -49,16 +56,6 @@ def np_layernorm(x, g, b):
     return d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-5) * g + b
 
 
-def median_wall(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def tilec_time(text, arrays, config, repeat):
     exe = tilec.compile(text, {k: v.shape for k, v in arrays.items()}, config=config)
     out = exe.run(arrays, poison=True)
@@ -69,22 +66,6 @@ def tilec_time(text, arrays, config, repeat):
         exe.run(arrays)
         times.append(sum(exe.last_timings.values()))
     return statistics.median(times), len(exe.sources), exe
-
-
-def torch_time(fn, repeat):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -126,11 +107,11 @@ def main() -> int:
             fn = ((lambda tx=tx: torch.softmax(tx, 1)) if name == "softmax" else
                   (lambda tx=tx, tg=tg, tb=tb: torch.nn.functional.layer_norm(
                       tx, (C,), tg, tb, 1e-5)))
-            tpeer = torch_time(fn, args.repeat)
+            tpeer, _ = torch_timer(fn, args.repeat, BUDGET)
         else:
             fn = (lambda: np_softmax(x)) if name == "softmax" else (
                 lambda: np_layernorm(x, g, b))
-            tpeer = median_wall(fn, args.repeat)
+            tpeer, _ = median_wall(fn, args.repeat, BUDGET)
         gbs = 2 * x.nbytes / tf * 1e-9
         print(f"| {name} | {R}x{C} | {tf * 1e3:.3f} ms | {kf} | {tp * 1e3:.3f} ms | {kp} | "
               f"{tpeer * 1e3:.3f} ms | {tpeer / tf:.2f} | {gbs:.0f} |")

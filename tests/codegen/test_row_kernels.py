@@ -13,15 +13,10 @@ from tilec.config import Config
 from tilec.lang.reference import random_array
 
 from ..device import needs_device
+from ..plan.test_rows import SOFTMAX
 
 pytestmark = needs_device
 
-SOFTMAX = """function (I[X, Y]) -> (O) {
-    M[i, 0 : X, 1] = >(I[i, j]);
-    E = exp(I - M);
-    S[i, 0 : X, 1] = +(E[i, j]);
-    O = E / S;
-}"""
 
 PROGRAMS = {
     "softmax": (SOFTMAX, {"I": (7, 1000)}),

@@ -28,9 +28,10 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from dataclasses import dataclass, fields, is_dataclass, replace
 
-from ..errors import Span, TileCheckError
+from ..errors import Span, TileCheckError, TileWarning
 from . import ast, ir
 
 # name -> (parameters, body).  The body assigns Y, the result.  Parameters used as sizes in the
@@ -79,7 +80,7 @@ INLINE: dict[str, tuple[tuple[str, ...], str]] = {
 # Native builtins and their argument counts (None: at least the given minimum, see below).
 NATIVE = {"reshape": None, "index": 2, "gather": 2, "scatter": 3, "shape": 1,
           "prng_step": None, "prng_state": 1, "prng_value": 1, "as_uint": 2, "as_bool": None}
-CONVERSIONS = {"as_float": {16: "float16", 32: "float32"},
+CONVERSION_WIDTHS = {"as_float": {16: "float16", 32: "float32"},
                "as_int": {8: "int8", 16: "int16", 32: "int32"},
                "as_uint": {8: "uint8", 16: "uint16", 32: "uint32"}}
 
@@ -244,7 +245,7 @@ class BuiltinChecks:
     # native builtins ---------------------------------------------------------------------------
     def native(self, e: ast.Call) -> tuple[ir.Expr, bool]:
         fn, args = e.fn, e.args
-        if fn in CONVERSIONS:
+        if fn in CONVERSION_WIDTHS:
             return self._conversion(e)
         if fn == "as_bool":
             if len(args) not in (1, 2):
@@ -272,7 +273,7 @@ class BuiltinChecks:
             raise self.err(f"{e.fn} takes 2 arguments (a tensor and a bit width), "
                            f"{len(e.args)} given", e.span)
         bits = self._bits(e)
-        widths = CONVERSIONS[e.fn]
+        widths = CONVERSION_WIDTHS[e.fn]
         if bits not in widths:
             extra = (" (64-bit types are not supported: OpenCL's embedded profile lacks them)"
                      if bits == 64 else "")
@@ -390,6 +391,20 @@ class BuiltinChecks:
                      s.dtype, s.shape)
 
     # assertions -----------------------------------------------------------------------------
+    def assert_statement(self, name: str, call: ast.Call) -> None:
+        """`A = assert_...(condition);` whose value no output needs: PlaidML drops such a
+        statement unevaluated.  Here it is evaluated; a false one is a warning (PlaidML's op
+        library has such asserts with conditions that do not hold) and the name becomes a size
+        of value 0 or 1."""
+        ok = self.assertion(call)
+        if not ok:
+            where = f"{self.source.name}:{call.span.line}:{call.span.col}"
+            warnings.warn(TileWarning(f"{where}: {call.fn}: the condition is false for these "
+                                      "shapes; its value is never used, so the program runs "
+                                      "(as PlaidML runs it)"), stacklevel=4)
+        self.sizes[name] = int(ok)
+        self.size_origin[name] = f"the assertion on line {call.span.line}"
+
     def assertion(self, e: ast.Call) -> bool:
         """`assert_<what>(condition)`: the condition compares size expressions; its value."""
         if len(e.args) != 1:

@@ -8,16 +8,15 @@ PlaidML's builtin functions are apart, in `builtins`."""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 import numpy as np
 
-from ..errors import Source, Span, TileCheckError, TileWarning
+from ..errors import Source, Span, TileCheckError
 from . import ast, ir
 from .bounds import propagate
-from .builtins import CONVERSIONS, INLINE, NATIVE, BuiltinChecks
+from .builtins import CONVERSION_WIDTHS, INLINE, NATIVE, BuiltinChecks
 
 SUPPORTED_DTYPES = ("float32", "float16", "int32", "int16", "int8", "uint32", "uint16", "uint8")
 INT32_LIMIT = 2**31
@@ -401,7 +400,7 @@ class _Checker(BuiltinChecks):
                 self.prng_step(a.name, a.expr)
                 return None
             if fn.startswith("assert_") and not output:
-                self._assert(a.name, a.expr)
+                self.assert_statement(a.name, a.expr)
                 return None
         if self.is_size_expr(a.expr) and not output:
             # `Pad0 = 0;`, `L = max(0, N - 3);`: a named size, usable in index polynomials,
@@ -414,20 +413,6 @@ class _Checker(BuiltinChecks):
         dtype = expr.dtype
         self.tensors[a.name] = ir.Tensor(a.name, shape, dtype)
         return ir.Elementwise(a.name, expr, a.text, a.span)
-
-    def _assert(self, name: str, call: ast.Call) -> None:
-        """`A = assert_...(condition);` whose value no output needs: PlaidML drops such a
-        statement unevaluated.  Here it is evaluated; a false one is a warning (PlaidML's op
-        library has such asserts with conditions that do not hold) and the name becomes a size
-        of value 0 or 1."""
-        ok = self.assertion(call)
-        if not ok:
-            where = f"{self.source.name}:{call.span.line}:{call.span.col}"
-            warnings.warn(TileWarning(f"{where}: {call.fn}: the condition is false for these "
-                                      "shapes; its value is never used, so the program runs "
-                                      "(as PlaidML runs it)"), stacklevel=4)
-        self.sizes[name] = int(ok)
-        self.size_origin[name] = f"the assertion on line {call.span.line}"
 
     # elementwise expressions -------------------------------------------------------------------
     def expr(self, e: ast.Expr) -> tuple[ir.Expr, bool]:
@@ -490,14 +475,15 @@ class _Checker(BuiltinChecks):
         if e.fn in INLINE:
             t = self.tensors[self.inline(e, None, f"{e.fn}(...)")]
             return ir.Ref(t.name, t.dtype, t.shape), False
-        if e.fn in NATIVE or e.fn in CONVERSIONS:
+        if e.fn in NATIVE or e.fn in CONVERSION_WIDTHS:
             return self.native(e)
         if e.fn.startswith("assert_"):
             return ir.Const(int(self.assertion(e)), "int32"), True
         if e.fn == "broadcast" and self.is_size_expr(e):
             return ir.Const(self.size(e), "int32"), True
         if e.fn not in ir.CALLS:
-            known = sorted(set(ir.CALLS) | set(INLINE) | set(NATIVE) | set(CONVERSIONS))
+            known = sorted(set(ir.CALLS) | set(INLINE) | set(NATIVE)
+                           | set(CONVERSION_WIDTHS))
             raise self.err(f"unknown function {e.fn!r} (expected one of "
                            f"{', '.join(known)})", e.span)
         arity = ir.CALLS[e.fn]

@@ -11,18 +11,10 @@ from __future__ import annotations
 from ..graph import ops_norm
 from ..graph.builder import Value
 from .converters import Converter, NodeContext
+from .elementwise import _since
 
 # TensorProto element types: FLOAT, FLOAT16.
 _STASH = {1: "float32", 10: "float16"}
-
-
-def _since(version: int, convert: Converter) -> Converter:
-    def checked(c: NodeContext) -> list[Value]:
-        if c.opset < version:
-            raise c.fail(f"{c.node.op_type} exists from opset {version} on (the model imports "
-                         f"opset {c.opset})")
-        return convert(c)
-    return checked
 
 
 def _floats(c: NodeContext, x: Value) -> None:
