@@ -7,6 +7,7 @@ touched through vload_half/vstore_half, which need no extension."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from ..lang import ir
@@ -27,7 +28,10 @@ def narrow(text: str, dtype: str) -> str:
 
 def literal(value: int | float, dtype: str) -> str:
     if COMPUTE[dtype] == "float":
-        text = repr(float(value))
+        # A literal past float32's range is an infinity (as the reference rounds it, and as
+        # C would with a warning): Tile has no other way to write one (`-1e39` for -inf).
+        v = float(value)
+        text = repr(v if abs(v) <= 3.4028234663852886e38 or v != v else v * math.inf)
         if "inf" in text or "nan" in text:
             return {"inf": "INFINITY", "-inf": "(-INFINITY)"}.get(text, "NAN")
         return text + "f"

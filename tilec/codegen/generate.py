@@ -11,10 +11,12 @@ from typing import Any
 
 from ..config import Config
 from ..errors import TileError
+from ..plan.attention import AttentionKernel
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
+from .attention import attention_source
 from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
@@ -84,6 +86,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sources.append(contraction_source(k, sched, plan.program, lines))
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads))
+        elif isinstance(k, AttentionKernel):
+            sources.append(attention_source(k, plan.program, hw, config.threads))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .core import Node
 from .emit import Emitter, affine, ew_text, lit
+from .lower_attention import ATTENTION_EMITTERS
 from .lower_index import INDEX_EMITTERS
 from .ops import ELEMENTWISE
 
@@ -345,5 +346,5 @@ EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "max_pool": _pool, "avg_pool": _pool, "max_pool_indices": _pool_indices,
     "reduce": _reduce, "softmax": _softmax, "log_softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
-    **INDEX_EMITTERS,
+    **INDEX_EMITTERS, **ATTENTION_EMITTERS,
 }

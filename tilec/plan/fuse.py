@@ -7,9 +7,12 @@ a program output or a later kernel reads it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..lang import ir
+from .attention import AttentionKernel
+from .attention import find as find_attention
 from .defract import overlap_error, rewritten
 from .flat import FlatContraction
 from .flatten import flatten
@@ -55,7 +58,7 @@ class ElementwiseKernel:
         return tuple(o.output for o in self.ops)
 
 
-Kernel = ContractionKernel | ElementwiseKernel | RowKernel
+Kernel = ContractionKernel | ElementwiseKernel | RowKernel | AttentionKernel
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def _count_ops(e: ir.Expr) -> int:
 
 
 def _reads(k: Kernel) -> set[str]:
-    if isinstance(k, RowKernel):
+    if isinstance(k, (RowKernel, AttentionKernel)):
         return k.reads()
     ops = k.post_ops if isinstance(k, ContractionKernel) else k.ops
     names = {r for o in ops for r in ir.expr_refs(o.expr)}
@@ -133,9 +136,12 @@ def _radix(pairs: list[tuple[int, int]]) -> list[int]:
 
 
 def plan_kernels(program: ir.Program, *, rows: bool = True) -> KernelPlan:
-    """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`)."""
+    """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`), and
+    attention (scores, softmax, value product) into one kernel (`plan.attention`)."""
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
     row_groups = find_groups(program) if rows else {}
+    row_groups.update(find_attention(program) if rows else {})  # an attention group's
+    # softmax is a row group inside it: the attention group starts earlier and covers it
     skip_to = 0
     for i, op in enumerate(program.ops):
         if i < skip_to:
@@ -221,6 +227,8 @@ def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:
         writes = tuple(n for n in k.produces if n in later)
         if isinstance(k, RowKernel):
             out.append(RowKernel(k.ops, k.full, k.axes, writes))
+        elif isinstance(k, AttentionKernel):
+            out.append(dataclasses.replace(k, writes=writes))
         elif isinstance(k, ContractionKernel):
             out.append(ContractionKernel(k.op, k.flat, k.post_ops, writes, k.out_map))
         else:
