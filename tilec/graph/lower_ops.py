@@ -13,6 +13,7 @@ from .emit import Emitter, affine, ew_text, lit
 from .lower_attention import ATTENTION_EMITTERS
 from .lower_index import INDEX_EMITTERS
 from .ops import ELEMENTWISE
+from .ops_einsum import EINSUM_EMITTERS
 
 
 def _idx(xs: Sequence[str]) -> str:
@@ -346,5 +347,5 @@ EMITTERS: dict[str, Callable[[Emitter, Node], None]] = {
     "max_pool": _pool, "avg_pool": _pool, "max_pool_indices": _pool_indices,
     "reduce": _reduce, "softmax": _softmax, "log_softmax": _softmax,
     "reshape": _reshape, "transpose": _transpose, "concat": _concat, "copy": _copy,
-    **INDEX_EMITTERS, **ATTENTION_EMITTERS,
+    **INDEX_EMITTERS, **EINSUM_EMITTERS, **ATTENTION_EMITTERS,
 }

@@ -20,6 +20,7 @@ from ..errors import TileError
 from ..graph.builder import Graph, GraphExecutable, Value
 from .converters import CONVERTERS as BASE_CONVERTERS
 from .converters import STATIC_OPERANDS, NodeContext
+from .einsum import EINSUM_CONVERTERS
 from .elementwise import ELEMENTWISE_CONVERTERS
 from .fold import graph_constant, try_fold
 from .norms import NORM_CONVERTERS
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..plan.hw import HwModel
 
 CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS, **NORM_CONVERTERS,
-              **SHAPE_CONVERTERS}
+              **SHAPE_CONVERTERS, **EINSUM_CONVERTERS}
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 # ONNX TensorProto element type -> tilec storage type.
