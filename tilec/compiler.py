@@ -19,7 +19,7 @@ from .errors import Source, TileError
 from .lang import ir
 from .lang.api import check_program
 from .lang.check import normalize_dtype
-from .plan.fuse import ContractionKernel, KernelPlan, plan_kernels
+from .plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from .plan.hw import HwModel
 from .runtime.device import Runtime, hw_model_for
 from .runtime.launch import (
@@ -112,9 +112,10 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     if isinstance(dtype, str):
         dtype = normalize_dtype(dtype)
     program = check_program(source, shapes, dtype, values)
-    plan = plan_kernels(program, rows=config.row_fusion)
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)
+    plan = plan_kernels(program, rows=config.row_fusion,
+                        attention=fuse_attention(config, model))
     if config.threads is None and model.threads > runtime.max_wg:
         # A model written for a bigger device: plan no more threads than this one takes.
         config = replace(config, threads=_floor_pow2(runtime.max_wg))

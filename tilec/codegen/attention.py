@@ -73,8 +73,12 @@ def _decode(var: str, names: tuple[str, ...], k: AttentionKernel, prefix: str) -
 
 
 class _Text:
-    def __init__(self, k: AttentionKernel, program: ir.Program, rows: int, keys: int):
+    def __init__(self, k: AttentionKernel, program: ir.Program, rows: int, keys: int,
+                 direct: bool = False):
         self.k, self.program, self.R, self.B = k, program, rows, keys
+        # CPUs: K and V read where they are (the caches hold them); no local memory, no
+        # barrier (PoCL runs a group's work-items as a loop, split at every barrier).
+        self.direct = direct
         self.t = program.tensors
         self.score = k.score_names()
         self.D, self.E = _size(k, k.depth), _size(k, k.values)
@@ -142,10 +146,24 @@ class _Text:
         if a.denominator != 1 or c.denominator != 1:
             return str(self.NK)
         q = _size(k, k.query)
-        first = f"(blk % {self.nqb}) * {self.R}"
+        first = f"qb * {self.R}"
         edge = f"min({first} + {self.R - 1}, {q - 1})" if a >= 0 else first
         scaled = edge if a == 1 else f"{edge} * {int(a)}"
         return f"clamp({scaled} + {int(c) + 1}, 0, {self.NK})"
+
+    def groups(self) -> list[str]:
+        """`bt` (the batch) and `qb` (the block of query rows) of this work-group: the
+        blocks of one batch next to each other (they read the same K and V: H200, B=8 H=12
+        T=512, 0.28 ms against 0.31 the other way round), except under a causal bound, where
+        the last blocks of every batch (the most keys) go first, so that the short ones fill
+        the gaps at the end instead of a long one running alone (0.218 -> 0.175 ms)."""
+        nb, nqb = _size(self.k, self.k.batch), self.nqb
+        what = f"/* the batch: {', '.join(self.k.batch) or 'one'} */"
+        if self.k.causal and self.k.causal[0] >= 0:
+            return [f"const int bt = blk % {nb};  {what}",
+                    f"const int qb = {nqb - 1} - blk / {nb};  /* the block of query rows */"]
+        return [f"const int bt = blk / {nqb};  {what}",
+                f"const int qb = blk % {nqb};  /* the block of query rows */"]
 
     @property
     def nqb(self) -> int:
@@ -155,12 +173,12 @@ class _Text:
         k, R, B, D, E = self.k, self.R, self.B, self.D, self.E
         qdt, kdt, vdt = (self.t[a.tensor].dtype for a in (k.q, k.k, k.v))
         nq = _size(k, k.query)
-        decls = [f"__local float lk[{B * D}];  /* a block of {B} rows of {k.k.tensor} */",
-                 f"__local float lv[{B * E}];  /* and of {k.v.tensor} */"]
+        decls = [] if self.direct else [
+            f"__local float lk[{B * D}];  /* a block of {B} rows of {k.k.tensor} */",
+            f"__local float lv[{B * E}];  /* and of {k.v.tensor} */"]
         lines = ["const int lid = get_local_id(0);", "const int blk = get_group_id(0);",
-                 f"const int bt = blk / {self.nqb};  /* the batch: "
-                 f"{', '.join(k.batch) or 'one'} */",
-                 f"const int qn = (blk % {self.nqb}) * {R} + lid;  /* the query row: "
+                 *self.groups(),
+                 f"const int qn = qb * {R} + lid;  /* the query row: "
                  f"{', '.join(k.query)} */"]
         if k.batch:
             lines += _decode("bt", k.batch, k, "x_")
@@ -180,7 +198,13 @@ class _Text:
         vb = self.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} \
             else "0"
         ks, vs = _strides(self.t[k.k.tensor], k.k)[k.key], _strides(self.t[k.v.tensor], k.v)[k.key]
-        loop = [
+        kat = _join(kb, _lin([('kj', ks)]), self.flat(k.k, k.depth, 'd'))
+        vat = _join(vb, _lin([('kj', vs)]), self.flat(k.v, k.values, 'e'))
+        kval = (clexpr.load(buf(k.k.tensor), kat, kdt) if self.direct else
+                f"lk[jj * {D} + d]")
+        vval = (clexpr.load(buf(k.v.tensor), vat, vdt) if self.direct else
+                f"lv[jj * {E} + e]")
+        staged = [
             "barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block is used up */",
             f"for (int t = lid; t < {B * D}; t += {R}) {{",
             f"    const int kj = j0 + t / {D};", f"    const int d = t % {D};",
@@ -192,14 +216,15 @@ class _Text:
             f"    lv[t] = kj < {self.NK} ? "
             f"{clexpr.load(buf(k.v.tensor), _join(vb, _lin([('kj', vs)]), self.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
             "}",
-            "barrier(CLK_LOCAL_MEM_FENCE);",
+            "barrier(CLK_LOCAL_MEM_FENCE);"]
+        loop = ([] if self.direct else staged) + [
             f"float s[{B}];", "float mb = -INFINITY;", "#pragma unroll",
             f"for (int jj = 0; jj < {B}; ++jj) {{",
             "    const int kj = j0 + jj;",
             "    float dot = 0.0f;",
             "    #pragma unroll",
-            f"    for (int d = 0; d < {D}; ++d)",
-            f"        dot = fma(q[d], lk[jj * {D} + d], dot);  /* {k.qk.text} */"
+            f"    for (int d = 0; d < {D} && kj < {self.NK}; ++d)",
+            f"        dot = fma(q[d], {kval}, dot);  /* {k.qk.text} */"
             .replace("*/;", "*/")]
         loop += [f"    {x}" for x in self.scores()]
         loop += [f"    s[jj] = kj < {self.NK} ? {self.ref(k.source)} : -INFINITY;",
@@ -209,9 +234,10 @@ class _Text:
                  "const float alpha = exp(m - ms);", "l *= alpha;",
                  "#pragma unroll", f"for (int e = 0; e < {E}; ++e)", "    acc[e] *= alpha;",
                  "#pragma unroll", f"for (int jj = 0; jj < {B}; ++jj) {{",
+                 "    const int kj = j0 + jj;",
                  "    const float p = exp(s[jj] - ms);", "    l += p;",
-                 "    #pragma unroll", f"    for (int e = 0; e < {E}; ++e)",
-                 f"        acc[e] = fma(p, lv[jj * {E} + e], acc[e]);", "}",
+                 "    #pragma unroll", f"    for (int e = 0; e < {E} && kj < {self.NK}; ++e)",
+                 f"        acc[e] = fma(p, {vval}, acc[e]);", "}",
                  "m = mn;"]
         lines += [f"    {x}" for x in loop] + ["}"]
         orow = self.offset(k.out, k.values)
@@ -229,23 +255,32 @@ def _join(*parts: str) -> str:
 
 def attention_source(k: AttentionKernel, program: ir.Program, hw: HwModel,
                      rows: int | None = None) -> KernelSource:
+    """The row form: one work-item a query row (`rows` of them a group, or `shape_for`'s)."""
     R, B = shape_for(k, hw, rows)
-    t = _Text(k, program, R, B)
+    t = _Text(k, program, R, B, direct=hw.kind == "cpu")
+    decls, body = t.body()
+    return assemble(k, program, t, decls, body, R, tiled=False)
+
+
+def assemble(k: AttentionKernel, program: ir.Program, t: _Text, decls: list[str],
+             body: list[str], threads: int, tiled: bool) -> KernelSource:
+    R, B = t.R, t.B
     for name in set(k.reads()) | set(k.writes):
         check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
-    decls, body = t.body()
     ins = sorted(k.reads())
     args = [KernelArg(n, "in", program.tensors[n].dtype, program.tensors[n].size) for n in ins]
     args += [KernelArg(n, "out", program.tensors[n].dtype, program.tensors[n].size)
              for n in k.writes]
     nb = _size(k, k.batch)
-    how = (f"{R} query rows a work-group, keys in blocks of {B} through local memory; online "
-           f"softmax" + ("; the key loop stops at the causal bound" if k.causal else ""))
+    how = (f"{R} query rows a work-group ({threads} work-items), keys in blocks of {B} "
+           f"through local memory; " + ("both products register-tiled; " if tiled else "")
+           + "online softmax" + ("; the key loop stops at the causal bound" if k.causal
+                                  else ""))
     comment = [op.text.replace("*/", "* /") for op in (k.qk, *k.ops, k.pv)] + [
         f"{nb} batches x {_size(k, k.query)} queries x {t.NK} keys, depth {t.D}, "
         f"values {t.E}; {how}"]
     ctx = {"title": f"{k.name}: attention kernel generated by tilec", "comment": comment,
-           "name": k.name, "args": [arg_decl(a) for a in args], "wg": R,
+           "name": k.name, "args": [arg_decl(a) for a in args], "wg": threads,
            "decls": decls, "head": [], "body": body}
     text = template_env().get_template("rows.cl.j2").render(k=ctx)
     groups = nb * t.nqb
@@ -253,5 +288,5 @@ def attention_source(k: AttentionKernel, program: ir.Program, hw: HwModel,
     flops = 2 * pairs * (t.D + t.E)
     cost = (f"{k.name}: {how}; {groups} work-groups; the {nb}x{_size(k, k.query)}x{t.NK} "
             f"scores are not stored")
-    return KernelSource(k.name, "attention", text, tuple(args), groups * R, R, {"rows": R,
-                        "keys": B}, cost, flops)
+    return KernelSource(k.name, "attention", text, tuple(args), groups * threads, threads,
+                        {"rows": R, "keys": B}, cost, flops)

@@ -116,7 +116,9 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
         dt = x.dtype
         c = COMPUTE[dt]
         if x.op == "select":
-            (cond, _), (a, ta), (b, tb) = args
+            (cond, tc), (a, ta), (b, tb) = args
+            if COMPUTE[tc] == "float":  # OpenCL C takes no float condition; nonzero is true
+                cond = f"({cond}) != 0.0f"
             return f"(({cond}) ? {_cast(a, ta, dt)} : {_cast(b, tb, dt)})", dt
         if x.op in _INFIX:
             (a, ta), (b, tb) = args

@@ -16,7 +16,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
-from .attention import attention_source
+from .attention_tiled import attention_kernel
 from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
@@ -87,7 +87,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads))
         elif isinstance(k, AttentionKernel):
-            sources.append(attention_source(k, plan.program, hw, config.threads))
+            sources.append(attention_kernel(k, plan.program, hw, config.threads))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:

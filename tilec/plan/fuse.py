@@ -135,12 +135,15 @@ def _radix(pairs: list[tuple[int, int]]) -> list[int]:
     return out
 
 
-def plan_kernels(program: ir.Program, *, rows: bool = True) -> KernelPlan:
+def plan_kernels(program: ir.Program, *, rows: bool = True,
+                 attention: bool | None = None) -> KernelPlan:
     """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`), and
-    attention (scores, softmax, value product) into one kernel (`plan.attention`)."""
+    attention (scores, softmax, value product) into one kernel (`plan.attention`; `attention`
+    None: as `rows`)."""
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
     row_groups = find_groups(program) if rows else {}
-    row_groups.update(find_attention(program) if rows else {})  # an attention group's
+    row_groups.update(find_attention(program) if (rows if attention is None else attention)
+                      else {})  # an attention group's
     # softmax is a row group inside it: the attention group starts earlier and covers it
     skip_to = 0
     for i, op in enumerate(program.ops):
@@ -178,6 +181,13 @@ def plan_kernels(program: ir.Program, *, rows: bool = True) -> KernelPlan:
             kernels.append(ElementwiseKernel(tuple(ew), program.tensors[ew[0].output].shape,
                                              ()))
     return KernelPlan(program, tuple(_with_writes(program, kernels)))
+
+
+def fuse_attention(config, hw) -> bool:
+    """Whether to plan attention kernels for this device (`Config.attention_fusion`)."""
+    if config.attention_fusion is not None:
+        return config.attention_fusion
+    return config.row_fusion and hw.kind != "cpu"
 
 
 def _flatten(program: ir.Program,

@@ -33,7 +33,7 @@ from ..codegen.contraction import KernelSource, contraction_source
 from ..codegen.generate import generate, with_local_size
 from ..config import Config
 from ..errors import DeviceError, Source
-from ..plan.fuse import ContractionKernel, KernelPlan, plan_kernels
+from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from ..plan.hw import HwModel
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
@@ -150,9 +150,10 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
     if top_k is not None:
         config = replace(config, top_k=top_k)
     program = check_program(source, shapes, dtype)
-    plan = plan_kernels(program, rows=config.row_fusion)
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)
+    plan = plan_kernels(program, rows=config.row_fusion,
+                        attention=fuse_attention(config, model))
     sources, searches = generate(plan, model, config)
     bench = _Bench(runtime, plan, sources, config, copies=copies, seed=seed)
     device = DeviceKey.from_info(runtime.info)

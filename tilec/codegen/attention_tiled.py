@@ -1,0 +1,181 @@
+"""The GPU form of the attention kernel: both products as register-tiled matrix products.
+
+The row form (`attention`) reads one local-memory value per multiply-add; a GPU issues local
+reads several times slower than multiply-adds, so that form is bound by them (H200, B=8 H=12
+T=512 d=64: 15 TFLOP/s).  Here a work-group of 128 work-items takes 64 query rows and walks the
+keys 32 at a time, as 16 x 8 work-items:
+
+- scores: each work-item computes a 4 x 4 block (rows ty*4.., keys tx*4..) from Q^T and K^T
+  blocks in local memory, a float4 of each per depth step: 16 multiply-adds per 2 reads; K^T
+  and V take turns in one local array (the group's local memory decides how many groups a
+  compute unit holds: H200, d=64: 37 KB, six groups, where separate arrays allowed four);
+- the score statements run on the 4 x 4 block; a row's maximum is met in local memory (the 8
+  work-items of a row write their partial maxima, each reads the 8); the running sum stays
+  per work-item (it is linear: rescaled by the same factor, summed once at the end);
+- exp(score - max) goes to local memory as P^T; the output block of 4 rows x E/8 values is
+  updated from P^T and the V block: 4 E/8 multiply-adds per 1 + E/32 reads.
+
+Shapes it takes (`tiled_fits`): depth and value sizes multiples of 4 and 32, local memory for
+Q^T (64 rows), K^T and V (32 keys), P^T and the maxima within the device's limit.  Others use
+the row form.  Masked rows and NaN: as the row form (see `attention`)."""
+
+from __future__ import annotations
+
+from ..lang import ir
+from ..plan.attention import AttentionKernel
+from ..plan.hw import HwModel
+from . import clexpr
+from .attention import _decode, _join, _lin, _size, _strides, _Text, assemble, attention_source
+from .kernel_text import KernelSource, buf
+
+BM, BN, TX, TY = 64, 32, 8, 16  # rows, keys a block; work-items along keys, along rows
+RM, CN = BM // TY, BN // TX  # rows and keys of a work-item's score block (4 x 4)
+PAD = 4  # keeps float4 alignment and spreads the transposed writes over the banks
+
+
+def local_floats(D: int, E: int) -> int:
+    return D * (BM + PAD) + max(D * (BN + PAD), BN * E) + BN * (BM + PAD) + BM * TX
+
+
+def tiled_fits(D: int, E: int, hw: HwModel) -> bool:
+    limit = hw.local_mem_bytes or 48 * 1024
+    return (hw.kind != "cpu" and D % 4 == 0 and E % 32 == 0 and E // TX <= 16
+            and local_floats(D, E) * 4 <= limit
+            and (hw.max_work_group_size or 1024) >= TX * TY)
+
+
+def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
+                     rows: int | None = None) -> KernelSource:
+    """The tiled form where it fits (and no row count is forced), else the row form."""
+    D, E = _size(k, k.depth), _size(k, k.values)
+    if rows is not None or not tiled_fits(D, E, hw):
+        return attention_source(k, program, hw, rows)
+    t = _Text(k, program, BM, BN)
+    decls, body = tiled_body(t, k)
+    return assemble(k, program, t, decls, body, TX * TY, tiled=True)
+
+
+def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
+    """Declarations and body; `t` is the row form's text helper (`attention._Text`, made with
+    BM rows a group), whose offsets, score statements and causal bound this form shares."""
+    D, E, NK = t.D, t.E, t.NK
+    EN = E // TX
+    QS, KS = BM + PAD, BN + PAD
+    qdt, kdt, vdt = (t.t[a.tensor].dtype for a in (k.q, k.k, k.v))
+    nq = _size(k, k.query)
+    decls = [f"__local float lq[{D * QS}] __attribute__((aligned(16)));  /* Q^T: depth x rows */",
+             f"__local float lkv[{max(D * KS, BN * E)}] __attribute__((aligned(16)));  "
+             "/* K^T (depth x keys), then V (keys x values) */",
+             f"__local float lp[{BN * QS}] __attribute__((aligned(16)));  /* P^T: keys x rows */",
+             f"__local float red[{BM * TX}] __attribute__((aligned(16)));  /* partial maxima */"]
+    L = ["const int lid = get_local_id(0);", f"const int tx = lid % {TX};",
+         f"const int ty = lid / {TX};", "const int blk = get_group_id(0);",
+         *t.groups(), f"const int q0 = qb * {BM};  /* the group's first query row */"]
+    if k.batch:
+        L += _decode("bt", k.batch, k, "x_")
+    # Q^T into local memory once: element (row r, depth d) at lq[d * QS + r].
+    L += [f"for (int t = lid; t < {BM * D}; t += {TX * TY}) {{",
+          f"    const int r = t / {D};", f"    const int d = t % {D};",
+          "    const int qn = q0 + r;"]
+    L += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    qrow = t.offset(k.q, k.depth)
+    L += [f"    lq[d * {QS} + r] = qn < {nq} ? "
+          f"{clexpr.load(buf(k.q.tensor), _join(qrow, t.flat(k.q, k.depth, 'd')), qdt)} : 0.0f;",
+          "}"]
+    L += [f"float o[{RM}][{EN}];", f"float m[{RM}];", f"float l[{RM}];  /* this work-item's "
+          "part of the running sum */", "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
+          "    m[a] = -INFINITY;", "    l[a] = 0.0f;", "    #pragma unroll",
+          f"    for (int e = 0; e < {EN}; ++e)", "        o[a][e] = 0.0f;", "}"]
+    L.append(f"const int kend = {t.key_bound()};")
+    kb = t.offset(k.k, (k.key, *k.depth)) if set(k.k.names) - {k.key, *k.depth} else "0"
+    vb = t.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} else "0"
+    ks = _strides(t.t[k.k.tensor], k.k)[k.key]
+    vs = _strides(t.t[k.v.tensor], k.v)[k.key]
+    per = -(-BN * E // (TX * TY))  # V elements each work-item carries into local memory
+    # One depth a work-item, consecutive work-items on consecutive depths: the reads are
+    # coalesced; the transposed writes meet 4 to a bank.  (Four depths a work-item with
+    # consecutive keys removes the bank conflicts but not the scattered reads: H200, 0.28 ms
+    # -> 0.41 ms.)
+    kload = [
+        f"for (int t = lid; t < {BN * D}; t += {TX * TY}) {{",
+        f"    const int c = t / {D};", f"    const int d = t % {D};",
+        "    const int kj = j0 + c;",
+        f"    lkv[d * {KS} + c] = kj < {NK} ? "
+        f"{clexpr.load(buf(k.k.tensor), _join(kb, _lin([('kj', ks)]), t.flat(k.k, k.depth, 'd')), kdt)} : 0.0f;",  # noqa: E501
+        "}"]
+    loop = ["barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block is used up */", *kload,
+        "/* The V block is read now and stored into local memory once the scores are done",
+        "   with K^T (the two share it): its latency hides behind the score product. */",
+        f"float vr[{per}];", "#pragma unroll", f"for (int x = 0; x < {per}; ++x) {{",
+        f"    const int t = lid + x * {TX * TY};",
+        f"    const int kj = j0 + t / {E};", f"    const int e = t % {E};",
+        f"    vr[x] = kj < {NK} && t < {BN * E} ? "
+        f"{clexpr.load(buf(k.v.tensor), _join(vb, _lin([('kj', vs)]), t.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
+        "}",
+        "barrier(CLK_LOCAL_MEM_FENCE);",
+        f"float s[{RM}][{CN}];",
+        "#pragma unroll", f"for (int a = 0; a < {RM}; ++a)", "    #pragma unroll",
+        f"    for (int b = 0; b < {CN}; ++b)", "        s[a][b] = 0.0f;",
+        "#pragma unroll 8", f"for (int d = 0; d < {D}; ++d) {{",
+        f"    const float4 qa = *(__local const float4*)&lq[d * {QS} + ty * {RM}];",
+        f"    const float4 kb = *(__local const float4*)&lkv[d * {KS} + tx * {CN}];",
+        "    const float qv[4] = {qa.x, qa.y, qa.z, qa.w};",
+        "    const float kv[4] = {kb.x, kb.y, kb.z, kb.w};",
+        "    #pragma unroll", f"    for (int a = 0; a < {RM}; ++a)", "        #pragma unroll",
+        f"        for (int b = 0; b < {CN}; ++b)",
+        f"            s[a][b] = fma(qv[a], kv[b], s[a][b]);  /* {k.qk.text} */"
+        .replace("*/;", "*/"),
+        "}",
+        "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
+        "    const int qn = q0 + ty * 4 + a;"]
+    loop += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    loop += ["    float mb = -INFINITY;", "    #pragma unroll",
+             f"    for (int b = 0; b < {CN}; ++b) {{",
+             f"        const int kj = j0 + tx * {CN} + b;",
+             "        const float dot = s[a][b];"]
+    loop += [f"        {x}" for x in t.scores()]
+    loop += [f"        s[a][b] = kj < {NK} ? {t.ref(k.source)} : -INFINITY;",
+             "        mb = fmax(mb, s[a][b]);", "    }",
+             f"    red[(ty * {RM} + a) * {TX} + tx] = mb;", "}",
+             "barrier(CLK_LOCAL_MEM_FENCE);  /* maxima written, K^T read */",
+             "#pragma unroll", f"for (int x = 0; x < {per}; ++x)",
+             f"    if (lid + x * {TX * TY} < {BN * E}) lkv[lid + x * {TX * TY}] = vr[x];",
+             "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
+             f"    __local const float* rm = &red[(ty * {RM} + a) * {TX}];",
+             "    float mb = rm[0];", "    #pragma unroll",
+             f"    for (int x = 1; x < {TX}; ++x)", "        mb = fmax(mb, rm[x]);",
+             "    const float mn = fmax(m[a], mb);",
+             "    const float ms = mn == -INFINITY ? 0.0f : mn;  /* see `attention` */",
+             "    const float alpha = exp(m[a] - ms);", "    m[a] = mn;",
+             "    l[a] *= alpha;", "    #pragma unroll", f"    for (int e = 0; e < {EN}; ++e)",
+             "        o[a][e] *= alpha;", "    #pragma unroll",
+             f"    for (int b = 0; b < {CN}; ++b) {{",
+             "        const float p = exp(s[a][b] - ms);", "        l[a] += p;",
+             f"        lp[(tx * {CN} + b) * {QS} + ty * {RM} + a] = p;", "    }", "}",
+             "barrier(CLK_LOCAL_MEM_FENCE);",
+             "#pragma unroll 4", f"for (int j = 0; j < {BN}; ++j) {{",
+             f"    const float4 pa = *(__local const float4*)&lp[j * {QS} + ty * {RM}];",
+             "    const float pv[4] = {pa.x, pa.y, pa.z, pa.w};",
+             f"    __local const float* vrow = &lkv[j * {E} + tx * {EN}];",
+             "    #pragma unroll", f"    for (int e = 0; e < {EN}; e += 4) {{",
+             "        const float4 vv = *(__local const float4*)&vrow[e];",
+             "        #pragma unroll", f"        for (int a = 0; a < {RM}; ++a) {{",
+             "            o[a][e] = fma(pv[a], vv.x, o[a][e]);",
+             "            o[a][e + 1] = fma(pv[a], vv.y, o[a][e + 1]);",
+             "            o[a][e + 2] = fma(pv[a], vv.z, o[a][e + 2]);",
+             "            o[a][e + 3] = fma(pv[a], vv.w, o[a][e + 3]);",
+             "        }", "    }", "}"]
+    L += [f"for (int j0 = 0; j0 < kend; j0 += {BN}) {{"] + [f"    {x}" for x in loop] + ["}"]
+    # The row sums: each work-item's part, met in local memory.
+    orow = t.offset(k.out, k.values)
+    L += ["barrier(CLK_LOCAL_MEM_FENCE);", "#pragma unroll", f"for (int a = 0; a < {RM}; ++a)",
+          f"    red[(ty * {RM} + a) * {TX} + tx] = l[a];", "barrier(CLK_LOCAL_MEM_FENCE);",
+          "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
+          f"    const int qn = q0 + ty * {RM} + a;", f"    if (qn >= {nq}) continue;"]
+    L += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    L += ["    float sum = 0.0f;", "    #pragma unroll", f"    for (int x = 0; x < {TX}; ++x)",
+          f"        sum += red[(ty * {RM} + a) * {TX} + x];", "    #pragma unroll",
+          f"    for (int e0 = 0; e0 < {EN}; ++e0) {{", f"        const int e = tx * {EN} + e0;",
+          "        " + clexpr.store(buf(k.out.tensor), _join(orow, t.flat(k.out, k.values, "e")),
+                                    "o[a][e0] / sum", t.t[k.out.tensor].dtype), "    }", "}"]
+    return decls, L
