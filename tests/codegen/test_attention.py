@@ -189,3 +189,49 @@ def test_graph_op_errors():
         attention(q, q, q, g.input("m", (3, 8)))
     with pytest.raises(TileError, match="same rank"):
         attention(q, g.input("k3", (2, 1, 8, 16)), q)
+
+
+def test_found_with_each_statement_naming_its_own_indices():
+    src = """function (Q[T, D], K[S, D], V[S, E]) -> (O) {
+  A[m, n : T, S] = +(Q[m, k] * K[n, k]);
+  M[x, 0 : T, 1] = >(A[x, y]);
+  W = exp(A - M);
+  Z[r, 0 : T, 1] = +(W[r, c]);
+  P = W / Z;
+  O[m, n : T, E] = +(P[m, k] * V[k, n]);
+}"""
+    (found,) = find(check_program(src, {"Q": (9, 4), "K": (11, 4), "V": (11, 6)},
+                                  "float32")).values()
+    att = found[1]
+    assert att.key == "n" and att.query == ("m",) and att.depth == ("k",)
+    assert att.v.names[0] == "n" and att.out.names[0] == "m"
+    assert att.values == (att.v.names[1],) and att.values[0] not in ("m", "n", "k")
+
+
+@needs_device
+@pytest.mark.parametrize("hw", FORMS)
+def test_onnx_matmul_softmax_matmul(hw):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, h, t, d = 2, 3, 40, 16
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "sc"], ["s2"]),
+             helper.make_node("Add", ["s2", "mask"], ["s3"]),
+             helper.make_node("Softmax", ["s3"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [b, h, t, d]) for n in "qkvo"]
+    graph = helper.make_graph(nodes, "att", io[:3], io[3:], initializer=[
+        numpy_helper.from_array(np.array(4.0, np.float32), "sc"),
+        numpy_helper.from_array(mask, "mask")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exe = tilec.onnx.load(model, hw=hw, config=FUSED)
+    assert "attention" in [k.kind for k in exe.kernels]
+    arrays = {n: RNG.standard_normal((b, h, t, d)).astype(np.float32) for n in "qkv"}
+    got = exe.run(arrays, poison=True)["o"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, arrays)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    del onnx

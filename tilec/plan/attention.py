@@ -137,18 +137,21 @@ def _is_ref(e: ir.Expr, name: str) -> bool:
     return isinstance(e, ir.Ref) and e.name == name
 
 
-def _keep_dims(op: ir.Statement, agg: str, src: str, score: tuple[str, ...]) -> bool:
-    """`M[.., 0] = agg(src[.., j])` over the scores' last axis, src read like the scores."""
+def _keep_dims(op: ir.Statement, agg: str, src: str, rank: int) -> bool:
+    """`M[a, b, .., 0] = agg(src[a, b, .., j])`: a reduction over the last axis of a tensor
+    of `rank` axes, read with plain indices, keeping the others in place (index names are
+    each statement's own: only positions are compared)."""
     if not isinstance(op, ir.Contraction) or op.agg != agg or op.comb is not None:
         return False
     if len(op.inputs) != 1 or op.constraints or op.default or op.inputs[0].tensor != src:
         return False
-    if _plain(op.inputs[0].idx) != score:
+    names = _plain(op.inputs[0].idx)
+    if names is None or len(names) != rank or len(op.out_idx) != rank:
         return False
     *rows, last = op.out_idx
     return (last.is_constant and last.const == 0 and
-            tuple(p.terms[0][0] if len(p.terms) == 1 else None for p in rows) == score[:-1]
-            and all(p.const == 0 and p.terms[0][1] == 1 for p in rows))
+            all(len(p.terms) == 1 and p.terms[0] == (n, 1) and p.const == 0
+                for p, n in zip(rows, names, strict=False)))
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -211,7 +214,7 @@ def _match(program: ir.Program, start: int) -> tuple[int, AttentionKernel] | Non
     src = scores[-1] if scores else qk.output
     if tensors[src].dtype != "float32":
         return None
-    if not _keep_dims(mx, ">", src, score):
+    if not _keep_dims(mx, ">", src, len(score)):
         return None
     # W = exp(X - M)
     if not (isinstance(ex, ir.Elementwise) and isinstance(ex.expr, ir.Op) and
@@ -219,7 +222,7 @@ def _match(program: ir.Program, start: int) -> tuple[int, AttentionKernel] | Non
             ex.expr.args[0].op == "sub" and _is_ref(ex.expr.args[0].args[0], src) and
             _is_ref(ex.expr.args[0].args[1], mx.output)):
         return None
-    if not _keep_dims(sm, "+", ex.output, score):
+    if not _keep_dims(sm, "+", ex.output, len(score)):
         return None
     # P = W / Z
     if not (isinstance(pr, ir.Elementwise) and isinstance(pr.expr, ir.Op) and
@@ -233,10 +236,24 @@ def _match(program: ir.Program, start: int) -> tuple[int, AttentionKernel] | Non
         return None
     c, d, out_names = prod2
     p_acc, v = (c, d) if c.tensor == pr.output else (d, c)
-    if p_acc.tensor != pr.output or v.tensor == pr.output or p_acc.names != score:
+    if p_acc.tensor != pr.output or v.tensor == pr.output or len(p_acc.names) != len(score):
         return None
     r2 = _ranges(pv, tensors)  # type: ignore[arg-type]
-    if r2 is None or key not in v.names or key in out_names:
+    if r2 is None:
+        return None
+    # The value product's index names in the score product's terms: P's by position, the
+    # others (V's own) kept apart from them.
+    rename = dict(zip(p_acc.names, score, strict=True))
+    for n in (*v.names, *out_names):
+        if n not in rename:
+            fresh = n
+            while fresh in score or fresh in rename.values() or fresh in q.names + kk.names:
+                fresh = "v_" + fresh
+            rename[n] = fresh
+    v = Access(v.tensor, tuple(rename[n] for n in v.names))
+    out_names = tuple(rename[n] for n in out_names)
+    r2 = {rename[n]: r for n, r in r2.items()}
+    if key not in v.names or key in out_names:
         return None
     rows = score[:-1]
     values = tuple(n for n in out_names if n not in rows)
