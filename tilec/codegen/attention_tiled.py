@@ -92,18 +92,25 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
     ks = _strides(t.t[k.k.tensor], k.k)[k.key]
     vs = _strides(t.t[k.v.tensor], k.v)[k.key]
     per = -(-BN * E // (TX * TY))  # V elements each work-item carries into local memory
-    # One depth a work-item, consecutive work-items on consecutive depths: the reads are
-    # coalesced; the transposed writes meet 4 to a bank.  (Four depths a work-item with
-    # consecutive keys removes the bank conflicts but not the scattered reads: H200, 0.28 ms
-    # -> 0.41 ms.)
-    kload = [
-        f"for (int t = lid; t < {BN * D}; t += {TX * TY}) {{",
-        f"    const int c = t / {D};", f"    const int d = t % {D};",
-        "    const int kj = j0 + c;",
-        f"    lkv[d * {KS} + c] = kj < {NK} ? "
-        f"{clexpr.load(buf(k.k.tensor), _join(kb, _lin([('kj', ks)]), t.flat(k.k, k.depth, 'd')), kdt)} : 0.0f;",  # noqa: E501
-        "}"]
-    loop = ["barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block is used up */", *kload,
+    kper = -(-BN * D // (TX * TY))  # K elements each work-item carries
+
+    def kfetch(start: str) -> list[str]:
+        """The K block from key `start` into registers kr: one depth a work-item,
+        consecutive work-items on consecutive depths (coalesced reads)."""
+        at = _join(kb, _lin([("kj", ks)]), t.flat(k.k, k.depth, "d"))
+        return ["#pragma unroll", f"for (int x = 0; x < {kper}; ++x) {{",
+                f"    const int t = lid + x * {TX * TY};",
+                f"    const int kj = {start} + t / {D};", f"    const int d = t % {D};",
+                f"    kr[x] = kj < {NK} && t < {BN * D} ? {clexpr.load(buf(k.k.tensor), at, kdt)}"
+                " : 0.0f;", "}"]
+
+    # The next K block is read while this one's softmax and value product run, and stored
+    # (transposed: depth x keys) at the top of the next iteration.
+    L += [f"float kr[{kper}];"] + kfetch("0")
+    loop = ["barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block is used up */",
+            "#pragma unroll", f"for (int x = 0; x < {kper}; ++x) {{",
+            f"    const int t = lid + x * {TX * TY};",
+            f"    if (t < {BN * D}) lkv[(t % {D}) * {KS} + t / {D}] = kr[x];", "}",
         "/* The V block is read now and stored into local memory once the scores are done",
         "   with K^T (the two share it): its latency hides behind the score product. */",
         f"float vr[{per}];", "#pragma unroll", f"for (int x = 0; x < {per}; ++x) {{",
@@ -126,6 +133,7 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
         f"            s[a][b] = fma(qv[a], kv[b], s[a][b]);  /* {k.qk.text} */"
         .replace("*/;", "*/"),
         "}",
+        *kfetch(f"j0 + {BN}"),
         "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
         "    const int qn = q0 + ty * 4 + a;"]
     loop += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
