@@ -235,3 +235,29 @@ def test_onnx_matmul_softmax_matmul(hw):
     want = ort.InferenceSession(model.SerializeToString()).run(None, arrays)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     del onnx
+
+
+@needs_device
+def test_tuned_form_is_kept_and_used(tmp_path):
+    """Tuning measures the planned form and the row form at several group sizes; the record
+    it keeps is what the next compile builds (results still checked)."""
+    from tilec.tune.measure import tune
+
+    src, shp = program(CAUSAL), shapes(1, 2, 40, 50, 16, 8)
+    config = Config(attention_fusion=True, cache_dir=tmp_path)
+    report = tune(src, shp, config=config, repeat=2, warmup=1, quiet=True)
+    (k,) = report.kernels
+    assert k.kind == "attention" and len(k.results) >= 3
+    rec = k.record
+    assert rec is not None and rec.digest
+    exe, _ = run(src, shp, config=config)
+    planned = k.results[0].candidate.local_size
+    assert exe.sources[0].local_size == (rec.threads or planned)
+
+
+def test_explain_names_the_roles():
+    from tilec.cli.explain import explain
+
+    text = explain(program(CAUSAL), shapes(), "float32", "nvidia-h100", None, {}, 3, None)
+    assert "attention, 8 statements in one kernel" in text
+    assert "key j, depth d, queries i, batch b, h, values e; keys up to 1 * i + 8" in text

@@ -10,9 +10,11 @@ from ..lang.source import read_source
 
 def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
             tiles: dict[str, dict[str, int]], top: int, cost_log: str | None) -> str:
+    from ..config import Config
     from ..lang.api import check_program
+    from ..plan.attention import AttentionKernel
     from ..plan.flatten import describe
-    from ..plan.fuse import ContractionKernel, plan_kernels
+    from ..plan.fuse import ContractionKernel, fuse_attention, plan_kernels
     from ..plan.hw import HwModel
     from ..plan.hw_device import from_device
     from ..plan.rows import RowKernel
@@ -20,7 +22,6 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.search import score_tile, search, write_log
 
     program = check_program(src, shapes, dtype)
-    plan = plan_kernels(program)  # as compile plans it by default (row fusion on)
     if hw_name in (None, "", "auto"):
         from ..runtime.device import Runtime
 
@@ -28,11 +29,16 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         hw = from_device(rt.device, max_vec=rt.vector_limit)
     else:
         hw = HwModel.load(hw_name)
+    # As compile plans it by default (row fusion on; attention kernels where not a CPU).
+    plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
     out = [f"hardware model: {hw.describe()}", ""]
     logs = []
     for k in plan.kernels:
         if isinstance(k, RowKernel):
             out += _row_kernel(k, program, hw)
+            continue
+        if isinstance(k, AttentionKernel):
+            out += _attention_kernel(k, program, hw)
             continue
         if not isinstance(k, ContractionKernel):
             out.append(f"== {k.name}: elementwise, {len(k.ops)} statement(s) over "
@@ -101,6 +107,20 @@ def _row_kernel(k, program, hw) -> list[str]:
              f"elements (axes {', '.join(map(str, k.axes))} of {list(k.full)}); writes "
              f"{', '.join(k.writes) or 'nothing'}"]
             + [f"   {op.text}" for op in k.ops] + [f"   {src.cost}", ""])
+
+
+def _attention_kernel(k, program, hw) -> list[str]:
+    """An attention kernel: its statements, the roles found, and the form chosen."""
+    from ..codegen.attention_tiled import attention_kernel
+
+    src = attention_kernel(k, program, hw)
+    causal = f"; keys up to {k.causal[0]} * {k.query[0]} + {k.causal[1]}" if k.causal else ""
+    return ([f"== {k.name}: attention, {len(k.statements)} statements in one kernel; writes "
+             f"{', '.join(k.writes) or 'nothing'}"]
+            + [f"   {op.text}" for op in k.statements]
+            + [f"   key {k.key}, depth {', '.join(k.depth)}, queries {', '.join(k.query)}, "
+               f"batch {', '.join(k.batch) or '-'}, values {', '.join(k.values)}{causal}",
+               f"   {src.cost}", ""])
 
 
 def _rewrites(program, op) -> list[str]:

@@ -87,7 +87,10 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads))
         elif isinstance(k, AttentionKernel):
-            sources.append(attention_kernel(k, plan.program, hw, config.threads))
+            rows = config.threads
+            if rows is None and tuned and k.name in tuned:
+                rows = tuned[k.name].threads  # a measured row form (`tune.measure`)
+            sources.append(attention_kernel(k, plan.program, hw, rows))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:

@@ -86,6 +86,11 @@ class AttentionKernel:
     def shape_of(self, idx) -> tuple[int, ...]:
         return tuple(self.range(p.terms[0][0]) for p in idx)
 
+    @property
+    def statements(self) -> tuple[ir.Statement, ...]:
+        """Every statement the kernel computes, in program order."""
+        return (self.qk, *self.ops, self.pv)
+
     def reads(self) -> set[str]:
         names = {self.q.tensor, self.k.tensor, self.v.tensor}
         for op in self.ops:

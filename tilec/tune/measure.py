@@ -247,12 +247,33 @@ def _tune_elementwise(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Co
         sizes = elementwise_local_sizes(base.global_size, kwg, items,
                                         run.bench.runtime.device.max_compute_units)
         run.total += len(sizes) - 1
+    if base.kind == "attention":
+        return _tune_attention(run, k, plan, hw, config, device, base)
     if base.kind == "row":  # its local size is its threads per row: measured as planned
         results = run.measure([Candidate(k.name, "row", "planned", (), None, base.local_size,
                                          0, None, base)], first=True)
         return _finish(k, plan, hw, config, device, results, results[0], None, None)
     results = run.measure([Candidate(k.name, "elementwise", "lws", (), None, s, 0, None,
                                      with_local_size(base, s)) for s in sizes], first=True)
+    return _finish(k, plan, hw, config, device, results, results[0], None, None)
+
+
+def _tune_attention(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
+                    device: DeviceKey, base: KernelSource) -> KernelTuning:
+    """The planned form, then the row form at 16 to 128 query rows a work-group (a record
+    keeps the rows as its `threads`; `codegen.generate` builds that form again)."""
+    from ..codegen.attention import attention_source
+
+    cands = [Candidate(k.name, "attention", "planned", (), None, base.local_size, 0, None,
+                       base)]
+    limit = run.bench.runtime.max_wg
+    for rows in (16, 32, 64, 128):
+        if rows <= limit and rows != base.local_size:
+            src = attention_source(k, plan.program, hw, rows)
+            cands.append(Candidate(k.name, "attention", "rows", (("rows", rows),), rows,
+                                   rows, len(cands), None, src))
+    run.total += len(cands) - 1
+    results = run.measure(cands, first=True)
     return _finish(k, plan, hw, config, device, results, results[0], None, None)
 
 
@@ -273,7 +294,8 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
                              seconds=best.seconds, rho=rho, regret=regret,  # type: ignore
                              candidates=len(ok))
     kind = ("contraction" if isinstance(k, ContractionKernel) else
-            "rows" if isinstance(k, RowKernel) else "elementwise")
+            "rows" if isinstance(k, RowKernel) else
+            "attention" if hasattr(k, "statements") else "elementwise")
     return KernelTuning(k.name, kind, kernel_digest(k, plan, hw, config), tuple(results),
                         best, first, rho, regret, record)
 

@@ -204,8 +204,8 @@ def kernel_tensors(kernel: Kernel) -> tuple[str, ...]:
         if kernel.op.default:
             names.append(kernel.op.default)
         ops = kernel.post_ops
-    else:
-        ops = kernel.ops
+    else:  # an attention kernel's statements run from its score product to its value one
+        ops = getattr(kernel, "statements", kernel.ops)
     for o in ops:
         reads = [a.tensor for a in o.inputs] if isinstance(o, ir.Contraction) else \
             list(ir.expr_refs(o.expr))
@@ -230,6 +230,8 @@ def kernel_digest(kernel: Kernel, plan: KernelPlan, hw: HwModel, config: Config)
         kind, stmts = "contraction", [kernel.op.text] + [p.text for p in kernel.post_ops]
     elif isinstance(kernel, RowKernel):
         kind, stmts = "rows", [o.text for o in kernel.ops]
+    elif hasattr(kernel, "statements"):
+        kind, stmts = "attention", [o.text for o in kernel.statements]
     else:
         kind, stmts = "elementwise", [o.text for o in kernel.ops]
     body = {"kind": kind, "statements": stmts, "writes": list(kernel.writes),
