@@ -245,7 +245,7 @@ def test_tuned_form_is_kept_and_used(tmp_path):
 
     src, shp = program(CAUSAL), shapes(1, 2, 40, 50, 16, 8)
     config = Config(attention_fusion=True, cache_dir=tmp_path)
-    report = tune(src, shp, config=config, repeat=2, warmup=1, quiet=True)
+    report = tune(src, shp, config=config, repeat=2, warmup=1)
     (k,) = report.kernels
     assert k.kind == "attention" and len(k.results) >= 3
     rec = k.record
