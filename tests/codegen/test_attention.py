@@ -98,7 +98,7 @@ FORMS = [None, "nvidia-h100"]  # the device's own model (the row form); a GPU's 
 @pytest.mark.parametrize("hw", FORMS)
 @pytest.mark.parametrize("shp", [shapes(), shapes(1, 1, 100, 120, 64, 64),
                                  shapes(1, 2, 70, 33, 32, 32), shapes(2, 1, 5, 3, 4, 32),
-                                 shapes(1, 1, 129, 200, 12, 20)])
+                                 shapes(1, 1, 129, 200, 12, 20), shapes(1, 2, 70, 90, 128, 128)])
 def test_plain_and_causal(hw, shp):
     for score in ("", CAUSAL):
         exe, _ = run(program(score), shp, hw)

@@ -13,11 +13,15 @@ keys 32 at a time, as 16 x 8 work-items:
   work-items of a row write their partial maxima, each reads the 8); the running sum stays
   per work-item (it is linear: rescaled by the same factor, summed once at the end);
 - exp(score - max) goes to local memory as P^T; the output block of 4 rows x E/8 values is
-  updated from P^T and the V block: 4 E/8 multiply-adds per 1 + E/32 reads.
+  updated from P^T and the V block: 4 E/8 multiply-adds per 1 + E/32 reads;
+- global reads overlap the arithmetic: V's block is read into registers before the scores are
+  computed and stored after them, the next K block while the softmax and the value product
+  run.
 
-Shapes it takes (`tiled_fits`): depth and value sizes multiples of 4 and 32, local memory for
-Q^T (64 rows), K^T and V (32 keys), P^T and the maxima within the device's limit.  Others use
-the row form.  Masked rows and NaN: as the row form (see `attention`)."""
+Shapes it takes (`tiled_rows`): depth and value sizes multiples of 4 and 32 (values at most
+128), local memory for Q^T (64 rows, or 32 rows on 64 work-items for larger heads), K^T or V
+(32 keys), P^T and the maxima within the device's limit.  Others use the row form.  Masked
+rows and NaN: as the row form (see `attention`)."""
 
 from __future__ import annotations
 
@@ -28,36 +32,46 @@ from . import clexpr
 from .attention import _decode, _join, _lin, _size, _strides, _Text, assemble, attention_source
 from .kernel_text import KernelSource, buf
 
-BM, BN, TX, TY = 64, 32, 8, 16  # rows, keys a block; work-items along keys, along rows
-RM, CN = BM // TY, BN // TX  # rows and keys of a work-item's score block (4 x 4)
+BN, TX, RM = 32, 8, 4  # keys a block, work-items along them, rows a work-item
+CN = BN // TX  # keys of a work-item's score block (4 x 4 with RM)
+GROUPS = (16, 8)  # work-items along the rows, 64 rows a group first, else 32
 PAD = 4  # keeps float4 alignment and spreads the transposed writes over the banks
 
 
-def local_floats(D: int, E: int) -> int:
-    return D * (BM + PAD) + max(D * (BN + PAD), BN * E) + BN * (BM + PAD) + BM * TX
+def local_floats(D: int, E: int, ty: int) -> int:
+    bm = ty * RM
+    return D * (bm + PAD) + max(D * (BN + PAD), BN * E) + BN * (bm + PAD) + bm * TX
 
 
-def tiled_fits(D: int, E: int, hw: HwModel) -> bool:
+def tiled_rows(D: int, E: int, hw: HwModel) -> int | None:
+    """Work-items along the rows (`GROUPS`: 64 query rows a group where local memory allows,
+    32 for larger heads, d=128: 42 KB), or None where the tiled form does not fit."""
     limit = hw.local_mem_bytes or 48 * 1024
-    return (hw.kind != "cpu" and D % 4 == 0 and E % 32 == 0 and E // TX <= 16
-            and local_floats(D, E) * 4 <= limit
-            and (hw.max_work_group_size or 1024) >= TX * TY)
+    if hw.kind == "cpu" or D % 4 or E % 32 or E // TX > 16:
+        return None
+    for ty in GROUPS:
+        if local_floats(D, E, ty) * 4 <= limit and (hw.max_work_group_size or 1024) >= TX * ty:
+            return ty
+    return None
 
 
 def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
                      rows: int | None = None) -> KernelSource:
     """The tiled form where it fits (and no row count is forced), else the row form."""
     D, E = _size(k, k.depth), _size(k, k.values)
-    if rows is not None or not tiled_fits(D, E, hw):
+    ty = tiled_rows(D, E, hw)
+    if rows is not None or ty is None:
         return attention_source(k, program, hw, rows)
-    t = _Text(k, program, BM, BN)
-    decls, body = tiled_body(t, k)
-    return assemble(k, program, t, decls, body, TX * TY, tiled=True)
+    t = _Text(k, program, ty * RM, BN)
+    decls, body = tiled_body(t, k, ty)
+    return assemble(k, program, t, decls, body, TX * ty, tiled=True)
 
 
-def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
+def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[str]]:
     """Declarations and body; `t` is the row form's text helper (`attention._Text`, made with
-    BM rows a group), whose offsets, score statements and causal bound this form shares."""
+    `ty` * 4 rows a group), whose offsets, score statements and causal bound this form
+    shares; `ty` rows of 8 work-items."""
+    BM, WG = ty * RM, TX * ty
     D, E, NK = t.D, t.E, t.NK
     EN = E // TX
     QS, KS = BM + PAD, BN + PAD
@@ -74,7 +88,7 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
     if k.batch:
         L += _decode("bt", k.batch, k, "x_")
     # Q^T into local memory once: element (row r, depth d) at lq[d * QS + r].
-    L += [f"for (int t = lid; t < {BM * D}; t += {TX * TY}) {{",
+    L += [f"for (int t = lid; t < {BM * D}; t += {WG}) {{",
           f"    const int r = t / {D};", f"    const int d = t % {D};",
           "    const int qn = q0 + r;"]
     L += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
@@ -91,15 +105,15 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
     vb = t.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} else "0"
     ks = _strides(t.t[k.k.tensor], k.k)[k.key]
     vs = _strides(t.t[k.v.tensor], k.v)[k.key]
-    per = -(-BN * E // (TX * TY))  # V elements each work-item carries into local memory
-    kper = -(-BN * D // (TX * TY))  # K elements each work-item carries
+    per = -(-BN * E // (WG))  # V elements each work-item carries into local memory
+    kper = -(-BN * D // (WG))  # K elements each work-item carries
 
     def kfetch(start: str) -> list[str]:
         """The K block from key `start` into registers kr: one depth a work-item,
         consecutive work-items on consecutive depths (coalesced reads)."""
         at = _join(kb, _lin([("kj", ks)]), t.flat(k.k, k.depth, "d"))
         return ["#pragma unroll", f"for (int x = 0; x < {kper}; ++x) {{",
-                f"    const int t = lid + x * {TX * TY};",
+                f"    const int t = lid + x * {WG};",
                 f"    const int kj = {start} + t / {D};", f"    const int d = t % {D};",
                 f"    kr[x] = kj < {NK} && t < {BN * D} ? {clexpr.load(buf(k.k.tensor), at, kdt)}"
                 " : 0.0f;", "}"]
@@ -109,12 +123,12 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
     L += [f"float kr[{kper}];"] + kfetch("0")
     loop = ["barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block is used up */",
             "#pragma unroll", f"for (int x = 0; x < {kper}; ++x) {{",
-            f"    const int t = lid + x * {TX * TY};",
+            f"    const int t = lid + x * {WG};",
             f"    if (t < {BN * D}) lkv[(t % {D}) * {KS} + t / {D}] = kr[x];", "}",
         "/* The V block is read now and stored into local memory once the scores are done",
         "   with K^T (the two share it): its latency hides behind the score product. */",
         f"float vr[{per}];", "#pragma unroll", f"for (int x = 0; x < {per}; ++x) {{",
-        f"    const int t = lid + x * {TX * TY};",
+        f"    const int t = lid + x * {WG};",
         f"    const int kj = j0 + t / {E};", f"    const int e = t % {E};",
         f"    vr[x] = kj < {NK} && t < {BN * E} ? "
         f"{clexpr.load(buf(k.v.tensor), _join(vb, _lin([('kj', vs)]), t.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
@@ -147,7 +161,7 @@ def tiled_body(t: _Text, k: AttentionKernel) -> tuple[list[str], list[str]]:
              f"    red[(ty * {RM} + a) * {TX} + tx] = mb;", "}",
              "barrier(CLK_LOCAL_MEM_FENCE);  /* maxima written, K^T read */",
              "#pragma unroll", f"for (int x = 0; x < {per}; ++x)",
-             f"    if (lid + x * {TX * TY} < {BN * E}) lkv[lid + x * {TX * TY}] = vr[x];",
+             f"    if (lid + x * {WG} < {BN * E}) lkv[lid + x * {WG}] = vr[x];",
              "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
              f"    __local const float* rm = &red[(ty * {RM} + a) * {TX}];",
              "    float mb = rm[0];", "    #pragma unroll",
