@@ -71,7 +71,8 @@ def manifest(exe) -> dict:
     kernels = []
     for s in exe.sources:
         kernels.append({
-            "name": s.name, "kind": s.kind, "global_size": [s.global_size],
+            "name": s.name, "entry": getattr(exe, "entries", {}).get(s.name, s.name),
+            "kind": s.kind, "global_size": [s.global_size],
             "local_size": None if s.local_size is None else [s.local_size],
             "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
                       else "write", "dtype": a.dtype, "elements": a.elems}
@@ -208,7 +209,10 @@ class BundledExecutable(Launcher):
         kernels = [KernelInfo(k["name"], k["kind"], g, loc, dict(k.get("tile") or {}), "",
                               int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]))
                    for k, (g, loc) in zip(m["kernels"], launches, strict=True)]
-        cl_kernels = {k["name"]: runtime.kernel(program, k["name"]) for k in m["kernels"]}
+        # "entry": the program's kernel that runs it (kernels differing only in names share
+        # one); bundles written before it name their own.
+        cl_kernels = {k["name"]: runtime.kernel(program, k.get("entry", k["name"]))
+                      for k in m["kernels"]}
         specs = {n: BufferSpec(tuple(b["shape"]), b["dtype"], int(b["bytes"]))
                  for n, b in self.buffers.items()}
         self._program = None

@@ -21,6 +21,7 @@ from .lang.api import check_program
 from .lang.check import normalize_dtype
 from .plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from .plan.hw import HwModel
+from .runtime import compiled
 from .runtime.device import Runtime, hw_model_for
 from .runtime.launch import (
     NP,
@@ -33,6 +34,8 @@ from .runtime.launch import (
     itemsize,
 )
 from .runtime.memory import plan_memory
+from .runtime.progress import Progress, step
+from .runtime.share import SharedKernels, share_kernels
 from .tune.records import TuneRecord
 
 
@@ -42,7 +45,8 @@ class Executable(Launcher):
     def __init__(self, program: ir.Program, plan: KernelPlan, sources: list[KernelSource],
                  runtime: Runtime, hw: HwModel, config: Config, *, validate: bool = False,
                  searches: dict | None = None, built=None,
-                 tuned: Mapping[str, TuneRecord] | None = None):
+                 tuned: Mapping[str, TuneRecord] | None = None,
+                 shared: SharedKernels | None = None):
         self.program = program
         self.plan = plan
         self.sources = sources
@@ -50,7 +54,12 @@ class Executable(Launcher):
         self.config = config
         self.searches = searches or {}
         self.tuned: dict[str, TuneRecord] = dict(tuned or {})  # kernels chosen by a record
-        self.source = "\n".join(s.text for s in sources)
+        # Kernels that differ only in names are one function in the program (`share`): the
+        # source is what is built, `entries` says which of its kernels each launch runs.
+        shared = shared or share_kernels(sources, program.tensors)
+        self.shared = shared
+        self.source = shared.text
+        self.entries = shared.entries
         self.cost_log = "\n".join(s.cost for s in sources if s.cost)
         specs = {n: BufferSpec(program.tensors[n].shape, program.tensors[n].dtype,
                                program.tensors[n].size * itemsize(program.tensors[n].dtype))
@@ -60,7 +69,8 @@ class Executable(Launcher):
             self.source, config.build_options, config)
         kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
                               s.flops, tuple(a.tensor for a in s.args)) for s in sources]
-        cl_kernels = {s.name: runtime.kernel(self._cl_program, s.name) for s in sources}
+        cl_kernels = {s.name: runtime.kernel(self._cl_program, self.entries[s.name])
+                      for s in sources}
         memory = plan_memory(sources, {n: s.nbytes for n, s in specs.items()},
                              set(program.inputs) | set(program.outputs))
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
@@ -102,30 +112,57 @@ class Executable(Launcher):
 def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None, *,
             dtype: str | Mapping[str, str] = "float32", device: str | None = None,
             hw: HwModel | str | None = None, config: Config | None = None,
-            validate: bool = False, values: Mapping[str, int] | None = None) -> Executable:
+            validate: bool = False, values: Mapping[str, int] | None = None,
+            reuse: bool = False, progress: Progress | None = None) -> Executable:
     """Compile a Tile program for inputs of the given shapes (default: the `// shapes:`
     comment) into kernels for one OpenCL device.  `values` fixes 0-d integer inputs that the
-    program uses as sizes (a call with another value is refused)."""
+    program uses as sizes (a call with another value is refused).  `reuse` keeps the whole
+    result (checked program, plan, kernel sources) in the cache directory, so that compiling
+    the same program again skips parsing, planning and code generation (`compiled`); graph
+    and model compiles use it.  `progress` is advanced through the stages."""
     config = config or Config()
     if device is not None:
         config = replace(config, device=device)
     if isinstance(dtype, str):
         dtype = normalize_dtype(dtype)
+    key = None
+    if reuse and config.use_disk_cache:
+        runtime = Runtime.get(config.device)
+        model = hw_model_for(hw, config, runtime)
+        key = compiled.key(source, shapes, dtype, values, config, model, runtime,
+                           _records_digest(config))
+        found = compiled.load(config, key)
+        if found is not None:
+            step(progress, "kernels from the cache", COMPILE_STEPS - 1)
+            exe = Executable(found.program, found.plan, list(found.sources), runtime, model,
+                             found.config_for(config), validate=validate,
+                             searches=found.searches, tuned=found.tuned, shared=found.shared)
+            if exe.work_group_limit() is None:
+                step(progress, "built")
+                return exe
     program = check_program(source, shapes, dtype, values)
+    step(progress, "checked the program")
     runtime = Runtime.get(config.device)
     model = hw_model_for(hw, config, runtime)
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model))
+    step(progress, f"planned {len(plan.kernels)} kernels")
     if config.threads is None and model.threads > runtime.max_wg:
         # A model written for a bigger device: plan no more threads than this one takes.
         config = replace(config, threads=_floor_pow2(runtime.max_wg))
     tuned = _lookup_records(plan, model, config, runtime)
     while True:
         sources, searches = generate(plan, model, config, tuned=tuned)
+        step(progress, f"generated {len(sources)} kernels")
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
                          searches=searches, tuned=tuned)
+        step(progress, f"built {len(set(exe.entries.values()))} distinct kernels")
         limit = exe.work_group_limit()
         if limit is None:
+            if key is not None:
+                compiled.store(config, key, compiled.Compiled(
+                    program, plan, tuple(sources), searches, tuned, config.threads,
+                    config.split_reduction, exe.shared))
             return exe
         # A kernel needs more registers a thread than a full work-group leaves it: the driver
         # caps its work-group size, so plan fewer threads and build again.  A forced split
@@ -134,6 +171,25 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         split = None if config.split_reduction not in (None, False) else config.split_reduction
         config = replace(config, threads=_floor_pow2(limit), split_reduction=split)
         tuned = {}
+        if progress is not None:
+            progress.add(2)
+
+
+# Steps `compile` reports to a progress bar (check, plan, generate, build).
+COMPILE_STEPS = 4
+
+
+def _records_digest(config: Config) -> str:
+    """What the tuning records a compile may use are (their file's digest)."""
+    if not config.use_tuning_records:
+        return "no records"
+    from . import memo
+    from .tune.records import default_path
+
+    try:
+        return memo.digest(default_path(config).read_bytes())
+    except OSError:
+        return "no records file"
 
 
 def _floor_pow2(n: int) -> int:

@@ -129,3 +129,211 @@ def test_einsum_type_errors():
         E.einsum("i->i", g.input("c", (3,), "bool"))
     with pytest.raises(TileError, match="no operands"):
         E.einsum("->")
+
+
+# recurrent layers ---------------------------------------------------------------------------------
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+NP_ACTS = {"Sigmoid": sigmoid, "Tanh": np.tanh, "Relu": lambda x: np.maximum(x, 0),
+           "HardSigmoid": lambda x: np.clip(0.2 * x + 0.5, 0, 1),
+           "Softsign": lambda x: x / (1 + np.abs(x))}
+
+
+def np_recurrent(kind, x, w, r, b=None, h0=None, c0=None, p=None, direction="forward",
+                 acts=None, lens=None, clip=None, lbr=False, input_forget=False):
+    """The ONNX definitions, step by step in float64 (layout 0); returns Y, Y_h (, Y_c)."""
+    t_len, batch, _ = x.shape
+    nd, gh, _ = w.shape
+    gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    hs = gh // gates
+    per = {"rnn": 1, "gru": 2, "lstm": 3}[kind]
+    acts = acts or {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"],
+                    "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind] * nd
+    lens = np.full(batch, t_len) if lens is None else np.asarray(lens)
+    y = np.zeros((t_len, nd, batch, hs))
+    yh, yc = np.zeros((nd, batch, hs)), np.zeros((nd, batch, hs))
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
+    for d in range(nd):
+        f, g, hfn = ([NP_ACTS[a] for a in acts[d * per:(d + 1) * per]] + [None, None])[:3]
+        wd, rd = w[d].astype(np.float64), r[d].astype(np.float64)
+        bd = np.zeros(2 * gh) if b is None else b[d].astype(np.float64)
+        wb, rb = bd[:gh], bd[gh:]
+        for n in range(batch):
+            h = np.zeros(hs) if h0 is None else h0[d, n].astype(np.float64)
+            c = np.zeros(hs) if c0 is None else c0[d, n].astype(np.float64)
+            steps = range(lens[n])
+            reverse = direction == "reverse" or d == 1
+            for t in (reversed(steps) if reverse else steps):
+                xw = wd @ x[t, n] + wb
+                hr = rd @ h + rb
+                if kind == "rnn":
+                    h = f(cl(xw + hr))
+                elif kind == "gru":
+                    z = f(cl(xw[:hs] + hr[:hs]))
+                    rg = f(cl(xw[hs:2 * hs] + hr[hs:2 * hs]))
+                    if lbr:
+                        hh = g(cl(xw[2 * hs:] + rg * hr[2 * hs:]))
+                    else:
+                        hh = g(cl(xw[2 * hs:] + rd[2 * hs:] @ (rg * h) + rb[2 * hs:]))
+                    h = (1 - z) * hh + z * h
+                else:
+                    pre = xw + hr
+                    pi, po, pf = (np.zeros(hs),) * 3 if p is None else np.split(p[d], 3)
+                    i = f(cl(pre[:hs] + pi * c))
+                    fg = 1 - i if input_forget else f(cl(pre[2 * hs:3 * hs] + pf * c))
+                    c = fg * c + i * g(cl(pre[3 * hs:]))
+                    o = f(cl(pre[hs:2 * hs] + po * c))
+                    h = o * hfn(c)
+                y[t, d, n] = h
+            yh[d, n], yc[d, n] = (h, c) if lens[n] else (0, 0)
+    return (y, yh, yc) if kind == "lstm" else (y, yh)
+
+
+def recurrent_inputs(kind, t, batch, i, h, nd, **present):
+    gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    arrays = {"x": rand(t, batch, i), "w": rand(nd, gates * h, i) * 0.5,
+              "r": rand(nd, gates * h, h) * 0.5, "b": rand(nd, 2 * gates * h) * 0.5,
+              "h0": rand(nd, batch, h), "c0": rand(nd, batch, h), "p": rand(nd, 3 * h) * 0.5}
+    return {k: v for k, v in arrays.items() if present.get(k, True)}
+
+
+def build(kind, arrays, layout=0, const_weights=True, lens=None, **kw):
+    """The layer over graph inputs (x, states) and constants (weights) or inputs."""
+    from tilec.graph import ops_rnn
+
+    g = Graph()
+    feed = {}
+
+    def val(name):
+        if name not in arrays:
+            return None
+        a = arrays[name]
+        if name in ("x", "h0", "c0") and layout:
+            a = np.swapaxes(a, 0, 1).copy()
+        if const_weights and name in ("w", "r", "b", "p"):
+            return g.constant(a)
+        feed[name] = a
+        return g.input(name, a.shape)
+
+    seq = None if lens is None else g.input("lens", (len(lens),), "int32")
+    if lens is not None:
+        feed["lens"] = np.asarray(lens, np.int32)
+    args = [val("x"), val("w"), val("r"), val("b"), seq, val("h0")]
+    if kind == "lstm":
+        args += [val("c0"), val("p")]
+    fn = {"rnn": ops_rnn.rnn, "gru": ops_rnn.gru, "lstm": ops_rnn.lstm}[kind]
+    outs = fn(*args, layout=layout, **kw)
+    for name, v in zip(("y", "yh", "yc"), outs, strict=False):
+        g.output(name, v)
+    return g, feed
+
+
+def check_recurrent(kind, arrays, want, layout=0, passes=True, **build_kw):
+    g, feed = build(kind, arrays, layout, **build_kw)
+    _, outs = run(g, feed, passes=passes)
+    for name, w in zip(("y", "yh", "yc"), want, strict=False):
+        if layout:
+            w = np.transpose(w, (2, 0, 1, 3)) if w.ndim == 4 else np.swapaxes(w, 0, 1)
+        close(outs[name], w, rtol=2e-4, atol=2e-5)
+
+
+@device
+@pytest.mark.parametrize("kind", ["rnn", "gru", "lstm"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_recurrent(kind, direction, layout):
+    nd = 2 if direction == "bidirectional" else 1
+    arrays = recurrent_inputs(kind, 5, 3, 7, 6, nd)
+    want = np_recurrent(kind, *(arrays.get(k) for k in ("x", "w", "r", "b", "h0", "c0", "p")),
+                        direction=direction)
+    check_recurrent(kind, arrays, want, layout, direction=direction)
+
+
+@device
+@pytest.mark.parametrize("kind", ["rnn", "gru", "lstm"])
+def test_recurrent_without_optional_inputs(kind):
+    """No bias, no initial states (the first step has no recurrent product), weights as
+    graph inputs, no passes."""
+    arrays = recurrent_inputs(kind, 3, 2, 5, 9, 1, b=False, h0=False, c0=False, p=False)
+    want = np_recurrent(kind, arrays["x"], arrays["w"], arrays["r"])
+    check_recurrent(kind, arrays, want, passes=False, const_weights=False)
+
+
+@device
+@pytest.mark.parametrize("kind, kw", [
+    ("gru", {"linear_before_reset": True}),
+    ("lstm", {"input_forget": True}),
+    ("lstm", {"clip": 0.4}),
+    ("gru", {"clip": 0.4, "activations": ["HardSigmoid", "Softsign"]}),
+    ("rnn", {"activations": ["Relu"]}),
+    ("lstm", {"activations": ["Sigmoid", "Relu", "Softsign"]}),
+])
+def test_recurrent_attributes(kind, kw):
+    arrays = recurrent_inputs(kind, 4, 3, 5, 7, 1)
+    np_kw = {"lbr": kw.get("linear_before_reset", False),
+             "input_forget": kw.get("input_forget", False), "clip": kw.get("clip"),
+             "acts": kw.get("activations")}
+    want = np_recurrent(kind, *(arrays.get(k) for k in ("x", "w", "r", "b", "h0", "c0", "p")),
+                        **np_kw)
+    check_recurrent(kind, arrays, want, **kw)
+
+
+@device
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_recurrent_sequence_lens(kind, direction):
+    """Sequences ending early (one empty): Y is zero past each end, the reverse direction
+    starts at each sequence's own end, an empty sequence's final states are zeros."""
+    nd = 2 if direction == "bidirectional" else 1
+    lens = [5, 2, 0, 4]
+    arrays = recurrent_inputs(kind, 5, 4, 3, 6, nd)
+    want = np_recurrent(kind, *(arrays.get(k) for k in ("x", "w", "r", "b", "h0", "c0", "p")),
+                        direction=direction, lens=lens)
+    check_recurrent(kind, arrays, want, lens=lens, direction=direction)
+
+
+def test_activation_parameters():
+    from tilec.graph.ops_rnn import Activation, activations
+
+    got = activations("lstm", 1, ["LeakyRelu", "tanh", "ScaledTanh"], [0.3, 2.0], [0.5])
+    assert got == ((Activation("LeakyRelu", 0.3), Activation("Tanh"),
+                    Activation("ScaledTanh", 2.0, 0.5)),)
+    assert activations("gru", 2, ["Tanh", "Relu", "Sigmoid", "Elu"])[1] == (
+        Activation("Sigmoid"), Activation("Elu", 1.0))
+    with pytest.raises(TileError, match="'Gelu' is not supported"):
+        activations("rnn", 1, ["Gelu"])
+    with pytest.raises(TileError, match="expected 3 per direction"):
+        activations("lstm", 1, ["Tanh"])
+    with pytest.raises(TileError, match="more values than the activations take"):
+        activations("rnn", 1, ["Tanh"], [1.0])
+
+
+@pytest.mark.parametrize("kind, change, pattern", [
+    ("lstm", {"w": (1, 10, 5)}, r"W has shape \[1, 10, 5\], expected \[1, 16, 5\]"),
+    ("gru", {"b": (1, 7)}, r"B is \[1, 7\] float32, expected \[1, 24\]"),
+    ("rnn", {"h0": (2, 3, 4)}, r"initial state is \[2, 3, 4\]"),
+])
+def test_recurrent_shape_errors(kind, change, pattern):
+    arrays = recurrent_inputs(kind, 3, 3, 5, 4, 1)
+    arrays.update({k: rand(*s) for k, s in change.items()})
+    with pytest.raises(TileError, match=pattern):
+        build(kind, arrays)
+
+
+def test_recurrent_argument_errors():
+    arrays = recurrent_inputs("rnn", 3, 2, 5, 4, 1)
+    with pytest.raises(TileError, match="direction 'sideways'"):
+        build("rnn", arrays, direction="sideways")
+    with pytest.raises(TileError, match="hidden_size 5 differs"):
+        build("rnn", arrays, hidden_size=5)
+    with pytest.raises(TileError, match="layout 2"):
+        build("rnn", arrays, layout=2)
+    with pytest.raises(TileError, match=r"sequence_lens \[4, 1\] must lie in 0..3"):
+        from tilec.graph import ops_rnn
+
+        g = Graph()
+        ops_rnn.rnn(g.input("x", (3, 2, 5)), g.constant(arrays["w"]), g.constant(arrays["r"]),
+                    sequence_lens=g.constant(np.array([4, 1], np.int32)))

@@ -79,7 +79,11 @@ def cmd_graph(args: argparse.Namespace) -> int:
         print(final.to_tile(), end="")
     if not args.run:
         return 0
-    exe = GraphExecutable.build(final, config=make_config(args))
+    from ..graph.builder import GRAPH_STEPS
+    from .options import progress_for
+
+    with progress_for(args, GRAPH_STEPS, f"compiling {args.file}") as bar:
+        exe = GraphExecutable.build(final, config=make_config(args), progress=bar)
     arrays = random_inputs(g, given, args.seed)
     outs = exe.run(arrays, poison=True)
     for k in exe.kernels:
@@ -110,7 +114,7 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     model = read_model(args.file)
     passes = _passes(args)
     exe = load(model, config=make_config(args), passes=True if passes is None else passes,
-               shapes=shapes)
+               shapes=shapes, quiet=args.quiet)
     if exe.last is None:  # static operands or symbolic shapes: known from the arrays
         g = _graph_with(exe, given, shapes)
         arrays = {**given, **random_inputs(g, given, args.seed)}
@@ -189,7 +193,7 @@ def _validate(model, exe, arrays: dict[str, np.ndarray], outs: dict[str, np.ndar
 
 
 def register(sub, common) -> None:
-    from .options import add_device_options
+    from .options import add_device_options, add_quiet_option
 
     def shared(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",
@@ -201,6 +205,7 @@ def register(sub, common) -> None:
         sp.add_argument("--run", action="store_true", help="compile and run on a device")
         sp.add_argument("--seed", type=int, default=0, help="seed for inputs not given")
         add_device_options(sp)
+        add_quiet_option(sp)
 
     sp = sub.add_parser("graph", help="show a graph (.onnx, or .py defining graph()) and "
                         "the inference passes")

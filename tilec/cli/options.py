@@ -106,3 +106,16 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     "tuning.jsonl in the cache directory)")
     sp.add_argument("--no-records", action="store_true",
                     help="ignore tuning records: use the cost model's choices")
+
+
+def add_quiet_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--quiet", action="store_true",
+                    help="no progress bar (one shows on a terminal when compiling or tuning "
+                    "takes more than a couple of seconds)")
+
+
+def progress_for(args: argparse.Namespace, total: int, desc: str):
+    """The command's progress bar (`runtime.progress`): quiet with --quiet or off a terminal."""
+    from ..runtime.progress import Progress
+
+    return Progress(total, desc, quiet=getattr(args, "quiet", False))

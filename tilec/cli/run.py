@@ -12,8 +12,10 @@ from ..errors import TileError
 from ..lang.source import read_source
 from .options import (
     add_device_options,
+    add_quiet_option,
     dtypes_from,
     make_config,
+    progress_for,
     shapes_from,
     values_from,
     with_values,
@@ -21,10 +23,12 @@ from .options import (
 
 
 def _compile(args: argparse.Namespace, src):
+    from ..compiler import COMPILE_STEPS
     from ..compiler import compile as tile_compile
     values = values_from(args)
-    return tile_compile(src, shapes_from(args, src), dtype=dtypes_from(args, src, values),
-                        config=make_config(args), values=values)
+    with progress_for(args, COMPILE_STEPS, f"compiling {args.file}") as bar:
+        return tile_compile(src, shapes_from(args, src), dtype=dtypes_from(args, src, values),
+                            config=make_config(args), values=values, progress=bar)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -143,6 +147,7 @@ def register(sub, common) -> None:
     sp.add_argument("--manifest", help="also write a JSON manifest of kernels and buffers")
     sp.add_argument("--bundle", metavar="OUT.tlc", help="also write one file with the "
                     "kernels, the device binary and the tuning records (tilec.load runs it)")
+    add_quiet_option(sp)
     sp.set_defaults(fn=cmd_compile)
 
     sp = sub.add_parser("run", help="compile, run and time a program (or run a .tlc bundle) "
@@ -154,6 +159,7 @@ def register(sub, common) -> None:
     sp.add_argument("--repeat", type=int, default=5, help="runs to time (median reported)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
+    add_quiet_option(sp)
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("devices", help="list OpenCL devices and their derived models")

@@ -36,6 +36,10 @@ __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
 # ---------------------------------------------------------------------------------------------
 # Contractions
 
+# Most copies of the innermost loop body that nested unrolled loops make (`loops`): past
+# this, code generation slows (seconds on PoCL) and the kernels do not run faster.
+UNROLL_COPIES = 16
+
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
                  cost_lines: list[str]):
@@ -193,11 +197,23 @@ class _Contraction:
         # Constrained indices outermost and the vector index innermost, so that masks are
         # loop-invariant in the innermost loop and its body is only loads and FMAs.
         blocked = constrained(f)
-        for k in sorted(self.red_idx, key=lambda k: (k == self.v, k not in blocked, k)):
+        order = sorted(self.red_idx, key=lambda k: (k == self.v, k not in blocked, k))
+        # Nested unrolled loops copy the body the product of their trip counts: innermost
+        # first, loops are unrolled while that product stays within UNROLL_COPIES.  A 7x7x3
+        # stem convolution fully unrolled (147 copies) took PoCL 5-9 s to generate and ran
+        # half as fast as with its outer loop rolled.
+        unrolled, copies = set(), 1
+        for k in reversed(order):
+            trips = -(-s.tile[k] // (self.W if k == self.v else 1))
+            if trips > 8 or copies * trips > UNROLL_COPIES:
+                continue
+            unrolled.add(k)
+            copies *= trips
+        for k in order:
             n = f.names[k]
             step = self.W if k == self.v else 1
             loop = {"var": f"u_{n}", "start": 0, "end": s.tile[k], "step": step,
-                    "unroll": s.tile[k] // step <= 8}
+                    "unroll": k in unrolled}
             inner.append(self.split.loop(loop) if self.split and k == s.split_index else loop)
         return outer, inner
 

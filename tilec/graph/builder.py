@@ -16,12 +16,15 @@ Constants (weights) are program inputs too: the compiler takes inputs only, so t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..compiler import COMPILE_STEPS
 from ..errors import TileError
+from ..runtime.progress import Progress, step
 from .core import GraphBase, Node, TensorType, Value, constant_array
 from .empty import eliminate_empty
 from .lower import TileProgram, lower
@@ -50,13 +53,18 @@ class Graph(GraphBase):
 
     def compile(self, *, device: str | None = None, hw: HwModel | str | None = None,
                 config: Config | None = None, validate: bool = False,
-                passes: bool | Sequence[str] = True) -> GraphExecutable:
+                passes: bool | Sequence[str] = True, quiet: bool = False,
+                progress: Progress | None = None) -> GraphExecutable:
         """Optimise (`passes`: True for the inference passes, False for none, or pass names)
-        and compile into kernels for one device."""
-        g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
-        if passes:
-            g = optimize(self, None if passes is True else passes)
-        return GraphExecutable.build(g, device=device, hw=hw, config=config, validate=validate)
+        and compile into kernels for one device.  A compile that takes more than a couple of
+        seconds shows its progress on a terminal (stderr), unless `quiet`."""
+        with _progress(progress, quiet, f"compiling {self.name}") as bar:
+            g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
+            if passes:
+                g = optimize(self, None if passes is True else passes)
+            step(bar, "passes")
+            return GraphExecutable.build(g, device=device, hw=hw, config=config,
+                                         validate=validate, progress=bar)
 
 
 class GraphExecutable:
@@ -74,16 +82,20 @@ class GraphExecutable:
     @classmethod
     def build(cls, graph: Graph, *, device: str | None = None,
               hw: HwModel | str | None = None, config: Config | None = None,
-              validate: bool = False) -> GraphExecutable:
+              validate: bool = False, progress: Progress | None = None) -> GraphExecutable:
+        """Lower and compile `graph` as it is.  The whole compile is kept in the cache
+        directory (`compile(reuse=True)`): a model compiled again skips parsing, planning and
+        code generation."""
         from ..compiler import compile as tile_compile
         from ..errors import Source
 
         program = graph.lower()
+        step(progress, "lowered to Tile")
         if not program.has_kernels:
             return cls(graph, program, None)
         exe = tile_compile(Source(program.source, f"<graph {graph.name}>"), program.shapes,
                            dtype=program.dtypes, device=device, hw=hw, config=config,
-                           validate=validate)
+                           validate=validate, reuse=True, progress=progress)
         return cls(graph, program, exe)
 
     @property
@@ -140,6 +152,18 @@ class GraphExecutable:
     def reference(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The numpy reference's outputs for the same inputs."""
         return self.program.evaluate(arrays)
+
+
+def _progress(given: Progress | None, quiet: bool, desc: str) -> Any:
+    """The caller's bar (it closes it), or one of our own over lowering and compiling."""
+    if given is not None:
+        given.add(GRAPH_STEPS)
+        return contextlib.nullcontext(given)
+    return Progress(GRAPH_STEPS, desc, quiet=quiet)
+
+
+# Steps a graph compile reports: passes, lowering and the compiler's.
+GRAPH_STEPS = 2 + COMPILE_STEPS
 
 
 __all__ = ["Graph", "GraphExecutable", "Node", "TensorType", "Value", "constant_array"]

@@ -119,7 +119,8 @@ def ew_text(op: str, args: Sequence[str], attrs: Mapping[str, object], dtype: st
         return f"({a} {sym} {args[1]})"
     if op == "neg":
         return f"(-{a})"
-    if op in ("relu", "sigmoid", "tanh", "sqrt", "exp", "log", "erf", "sin", "cos", "abs"):
+    if op in ("relu", "sigmoid", "tanh", "sqrt", "exp", "log", "erf", "sin", "cos", "abs",
+              "floor", "ceil"):
         return f"{op}({a})"
     if op in ("pow", "min", "max"):
         return f"{op}({a}, {args[1]})"

@@ -22,7 +22,8 @@ FLOAT_OPS = frozenset({"sigmoid", "tanh", "sqrt", "exp", "log", "erf", "sin", "c
 BOOL_OPS = frozenset({"eq", "ne", "lt", "gt", "le", "ge", "not", "and", "or"})
 ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "relu", "relu6", "leaky_relu",
                          "sigmoid", "tanh", "clip", "sqrt", "exp", "fused", "log", "erf",
-                         "sin", "cos", "abs", "pow", "min", "max", "where"}) | BOOL_OPS
+                         "sin", "cos", "abs", "pow", "min", "max", "where", "floor",
+                         "ceil"}) | BOOL_OPS
 ACTIVATIONS = frozenset({"relu", "relu6", "leaky_relu", "sigmoid", "tanh", "clip"})
 
 

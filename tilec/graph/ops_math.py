@@ -2,7 +2,8 @@
 `tilec.ops`' elementwise node (numpy broadcasting; each op is one Tile function or operator,
 so chains fuse into one statement):
 
-- math: `log`, `erf`, `sin`, `cos`, `abs`, `pow`, `minimum`, `maximum`, `reciprocal`;
+- math: `log`, `erf`, `sin`, `cos`, `abs`, `floor`, `ceil`, `pow`, `minimum`, `maximum`,
+  `reciprocal`;
 - comparisons (`equal`, `not_equal`, `less`, `greater`, `less_equal`, `greater_equal`) and
   logic (`logical_not`, `logical_and`, `logical_or`): bool results, Tile's `==` .. `&&`;
 - `where(cond, a, b)`: Tile's `cond ? a : b`, cond bool;
@@ -44,6 +45,16 @@ def sin(x: Value) -> Value:
 
 def cos(x: Value) -> Value:
     return _elementwise("cos", [x])
+
+
+def floor(x: Value) -> Value:
+    """The largest integer not above x (integers unchanged)."""
+    return _elementwise("floor", [x])
+
+
+def ceil(x: Value) -> Value:
+    """The smallest integer not below x (integers unchanged)."""
+    return _elementwise("ceil", [x])
 
 
 def abs(x: Value) -> Value:
@@ -186,7 +197,8 @@ def prelu(x: Value, slope: Value) -> Value:
     return where(less(x, 0.0), x * slope, x)
 
 
-__all__ = ["abs", "cos", "elu", "equal", "erf", "gelu", "greater", "greater_equal",
+__all__ = ["abs", "ceil", "cos", "elu", "equal", "erf", "floor", "gelu", "greater",
+           "greater_equal",
            "hard_sigmoid", "hard_swish", "less", "less_equal", "log", "logical_and",
            "logical_not", "logical_or", "maximum", "minimum", "mish", "not_equal", "pow",
            "prelu", "reciprocal", "selu", "sin", "softplus", "where"]

@@ -22,7 +22,7 @@ FOLDABLE = frozenset({
     "Abs", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
     "Where", "Min", "Max", "Sum", "Identity", "Flatten", "Transpose", "Tile", "Split",
     "ReduceProd", "ReduceSum", "ReduceMin", "ReduceMax", "Sqrt", "Pad", "GatherElements",
-    "ArgMax", "ArgMin"})
+    "ArgMax", "ArgMin", "Mod", "Trilu", "Floor", "Ceil"})
 # Larger operands are left to the kernels (and to the constant_folding pass).
 MAX_ELEMENTS = 1 << 20
 

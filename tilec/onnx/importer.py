@@ -17,13 +17,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import TileError
-from ..graph.builder import Graph, GraphExecutable, Value
+from ..graph.builder import GRAPH_STEPS, Graph, GraphExecutable, Value
+from ..runtime.progress import Progress, step
+from .arith import ARITH_CONVERTERS, ARITH_STATIC_OPERANDS
+from .attention import ATTENTION_CONVERTERS
 from .converters import CONVERTERS as BASE_CONVERTERS
 from .converters import STATIC_OPERANDS, NodeContext
 from .einsum import EINSUM_CONVERTERS
 from .elementwise import ELEMENTWISE_CONVERTERS
 from .fold import graph_constant, try_fold
 from .norms import NORM_CONVERTERS
+from .recurrent import RECURRENT_CONVERTERS
 from .shape_ops import SHAPE_CONVERTERS, SHAPE_STATIC_OPERANDS
 
 if TYPE_CHECKING:
@@ -31,7 +35,9 @@ if TYPE_CHECKING:
     from ..plan.hw import HwModel
 
 CONVERTERS = {**BASE_CONVERTERS, **ELEMENTWISE_CONVERTERS, **NORM_CONVERTERS,
-              **SHAPE_CONVERTERS, **EINSUM_CONVERTERS}
+              **ATTENTION_CONVERTERS,
+              **SHAPE_CONVERTERS, **EINSUM_CONVERTERS, **RECURRENT_CONVERTERS,
+              **ARITH_CONVERTERS}
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 # ONNX TensorProto element type -> tilec storage type.
@@ -94,6 +100,7 @@ class ModelInfo:
         names = {i.name for i in self.inputs}
         self.static = sorted({n.input[k] for n in g.node
                               for (op, k) in STATIC_OPERANDS | SHAPE_STATIC_OPERANDS
+                              | ARITH_STATIC_OPERANDS
                               if n.op_type == op and k < len(n.input) and n.input[k] in names})
         self.out_dtypes = {o.name: _np_dtype(o, "output") for o in g.output}
         self.in_dtypes = {i.name: _np_dtype(i, "input") for i in self.inputs}
@@ -122,9 +129,10 @@ def _np_dtype(vi: Any, what: str) -> np.dtype:
 
 
 def to_graph(model: str | Path | Any, arrays: Mapping[str, np.ndarray] | None = None,
-             shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+             shapes: Mapping[str, Sequence[int]] | None = None,
+             progress: Progress | None = None) -> Graph:
     """The model as a graph.  `arrays` supply static operands (and shapes); `shapes` fix
-    symbolic dimensions."""
+    symbolic dimensions; `progress` advances a step per node."""
     model = read_model(model)
     check_supported(model)
     info = ModelInfo(model)
@@ -155,6 +163,7 @@ def to_graph(model: str | Path | Any, arrays: Mapping[str, np.ndarray] | None = 
         env[i.name] = g.input(i.name, shape, _DTYPES[i.type.tensor_type.elem_type])
     opset = _opset(model)
     for node in model.graph.node:
+        step(progress, f"{node.op_type} {node.name}")
         folded = try_fold(node, opset, env, known)
         if folded is not None:
             for name, arr in zip([o for o in node.output if o], folded, strict=False):
@@ -193,8 +202,9 @@ class OnnxExecutable:
     def __init__(self, model: Any, *, device: str | None = None,
                  hw: HwModel | str | None = None, config: Config | None = None,
                  validate: bool = False, passes: bool | Sequence[str] = True,
-                 shapes: Mapping[str, Sequence[int]] | None = None):
+                 shapes: Mapping[str, Sequence[int]] | None = None, quiet: bool = False):
         check_supported(model)
+        self.quiet = quiet
         self.model = model
         self.info = ModelInfo(model)
         self.options = {"device": device, "hw": hw, "config": config, "validate": validate,
@@ -245,10 +255,15 @@ class OnnxExecutable:
     def executable_for(self, arrays: Mapping[str, np.ndarray]) -> GraphExecutable:
         key = self._key(arrays)
         if key not in self._built:
-            g = to_graph(self.model, arrays, self.shapes)
-            opts = dict(self.options)
-            passes = opts.pop("passes")
-            self._built[key] = g.compile(passes=passes, **opts)
+            # One bar over import and compile: a step per node, then the compile's stages.
+            name = self.model.graph.name or "model"
+            with Progress(len(self.model.graph.node) + GRAPH_STEPS, f"compiling {name}",
+                          quiet=self.quiet, unit="step") as bar:
+                g = to_graph(self.model, arrays, self.shapes, progress=bar)
+                opts = dict(self.options)
+                passes = opts.pop("passes")
+                bar.add(-GRAPH_STEPS)  # Graph.compile announces its own
+                self._built[key] = g.compile(passes=passes, progress=bar, **opts)
         self.last = self._built[key]
         return self.last
 
@@ -270,11 +285,13 @@ class OnnxExecutable:
 def load(model: str | Path | Any, *, device: str | None = None,
          hw: HwModel | str | None = None, config: Config | None = None,
          validate: bool = False, passes: bool | Sequence[str] = True,
-         shapes: Mapping[str, Sequence[int]] | None = None) -> OnnxExecutable:
+         shapes: Mapping[str, Sequence[int]] | None = None,
+         quiet: bool = False) -> OnnxExecutable:
     """Import an ONNX model (a path or a ModelProto) and compile it.  `shapes` fix symbolic
-    input dimensions; without them the first call's arrays do."""
+    input dimensions; without them the first call's arrays do.  A compile that takes more
+    than a couple of seconds shows its progress on a terminal (stderr), unless `quiet`."""
     return OnnxExecutable(read_model(model), device=device, hw=hw, config=config,
-                          validate=validate, passes=passes, shapes=shapes)
+                          validate=validate, passes=passes, shapes=shapes, quiet=quiet)
 
 
 __all__ = ["OnnxExecutable", "SUPPORTED_OPS", "check_supported", "load", "read_model",

@@ -139,10 +139,20 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
          hw: HwModel | str | None = None, top_k: int | None = None, lws: bool = False,
          lws_tiles: int = 2, budget: float | None = None, repeat: int = 5, warmup: int = 2,
          copies: int = 3, timer: Timer | None = None, progress: Progress | None = None,
-         save: bool = True, seed: int = 0) -> TuneReport:
+         save: bool = True, seed: int = 0, quiet: bool = False) -> TuneReport:
     """Tune every kernel of a program on the config's device; append the records (unless
     `save` is false) to `records.default_path(config)`.  `budget` (seconds) stops measuring new
-    candidates once spent; each kernel's first candidate is measured regardless."""
+    candidates once spent; each kernel's first candidate is measured regardless.  `progress`
+    is called with (done, total, label) per candidate; without one, a bar shows on a terminal
+    once tuning has taken a couple of seconds, unless `quiet`."""
+    if progress is None:
+        from ..runtime.progress import Progress as Bar
+
+        with Bar(0, "tuning", quiet=quiet) as bar:
+            return tune(source, shapes, dtype=dtype, config=config, hw=hw, top_k=top_k,
+                        lws=lws, lws_tiles=lws_tiles, budget=budget, repeat=repeat,
+                        warmup=warmup, copies=copies, timer=timer, progress=bar, save=save,
+                        seed=seed)
     from ..lang.api import check_program
 
     start = time.monotonic()

@@ -1,0 +1,187 @@
+"""Model compile time, cold and warm: `tilec.onnx.load(model.onnx)` and the first run, each
+round a fresh process.
+
+    python benchmarks/model_compile.py [resnet18 resnet50 ...] [--rounds 3] [--device TEXT]
+    python benchmarks/model_compile.py resnet50 --profile out.prof   # one cold load, profiled
+
+The models are written by tests/models.py (torchvision's ResNets as torch.onnx.export writes
+them, random weights), once, before timing.  Cold: every cache empty (tilec's cache directory,
+the user cache directory's parser tables, templates and device probe, PoCL's kernel cache,
+each a new folder).  Warm: a new process over the folders the cold one filled.  Figures:
+`load` (read the file, import, passes, lowering, tile search, codegen, the driver's build),
+`first run` (where PoCL generates the machine code of each kernel) and their sum; medians over
+the rounds.  The first run's outputs are checked against onnxruntime when it is installed.
+Prints a Markdown table with the machine, the PoCL version, the date and the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+
+def probe(path: str, cache_dir: str, device: str | None, profile: str | None) -> dict:
+    """In this (fresh) process: load + first run, timed; the caches are the environment's."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    import tilec
+    import tilec.onnx
+    from tilec.config import Config
+    from tilec.runtime.device import Runtime
+
+    import_s = time.perf_counter() - t0
+    config = Config(device=device, cache_dir=Path(cache_dir), use_tuning_records=False)
+    t = time.perf_counter()
+    Runtime.get(config.device)
+    open_s = time.perf_counter() - t
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t = time.perf_counter()
+    try:
+        exe = tilec.onnx.load(path, config=config, quiet=True)
+    except TypeError:  # a tilec without `quiet` (the figures before it)
+        exe = tilec.onnx.load(path, config=config)
+    load_s = time.perf_counter() - t
+    x = np.random.default_rng(1).standard_normal(
+        exe.last.graph.inputs["input"].shape).astype(np.float32)
+    t = time.perf_counter()
+    out = exe(input=x)["output"]
+    first_s = time.perf_counter() - t
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
+    later = []
+    for _ in range(2):
+        t = time.perf_counter()
+        exe(input=x)
+        later.append(time.perf_counter() - t)
+    valid = None
+    try:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        ref = sess.run(None, {"input": x})[0]
+        valid = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(ref).max())))
+    except ImportError:
+        pass
+    ge = exe.last
+    rt = Runtime.get(config.device)
+    return {"device": rt.info.name, "platform": rt.info.platform_version,
+            "import_s": import_s, "open_s": open_s, "load_s": load_s, "first_run_s": first_s,
+            "run_s": min(later), "valid": valid, "kernels": len(ge.kernels),
+            "distinct": len(set(getattr(ge.executable, "entries", {}).values()))
+            or len(ge.kernels)}
+
+
+def _env(folder: str) -> dict:
+    return dict(os.environ, POCL_CACHE_DIR=f"{folder}/pocl", XDG_CACHE_HOME=f"{folder}/xdg",
+                TILEC_CACHE_DIR=f"{folder}/tilec", CUDA_CACHE_PATH=f"{folder}/nv")
+
+
+def one(path: Path, folder: str, device: str | None) -> dict:
+    cmd = [sys.executable, __file__, "--probe", str(path), "--cache-dir", f"{folder}/tilec"]
+    if device:
+        cmd += ["--device", device]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(folder), timeout=1800)
+    wall = time.perf_counter() - t
+    try:
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise SystemExit(f"{path.name}: the probe failed:\n{p.stderr[-2000:]}") from None
+    if r["valid"] is False:
+        raise SystemExit(f"{path.name}: the first run disagrees with onnxruntime")
+    r["process_s"] = wall
+    return r
+
+
+def machine() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return f"unknown CPU ({os.cpu_count()} CPUs)"
+
+
+def write_models(names: list[str], folder: Path) -> dict[str, Path]:
+    from tests.models import resnet
+
+    out = {}
+    for name in names:
+        path = folder / f"{name}.onnx"
+        path.write_bytes(resnet(name, seed=0).SerializeToString())
+        out[name] = path
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", default=["resnet18", "resnet50"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device")
+    ap.add_argument("--profile", metavar="FILE.prof",
+                    help="profile one cold load of the first model (cProfile) and stop")
+    ap.add_argument("--probe", help=argparse.SUPPRESS)
+    ap.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.probe:
+        print(json.dumps(probe(args.probe, args.cache_dir, args.device, args.profile)))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="tilec-models-") as mdir:
+        models = write_models(args.models, Path(mdir))
+        if args.profile:
+            with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
+                cmd = [sys.executable, __file__, "--probe", str(models[args.models[0]]),
+                       "--cache-dir", f"{d}/tilec", "--profile", args.profile]
+                if args.device:
+                    cmd += ["--device", args.device]
+                p = subprocess.run(cmd, env=_env(d), capture_output=True, text=True)
+                print(p.stdout, p.stderr[-2000:])
+            return p.returncode
+        rows = []
+        for name, path in models.items():
+            cold, warm = [], []
+            for _ in range(args.rounds):
+                with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
+                    cold.append(one(path, d, args.device))
+                    warm.append(one(path, d, args.device))
+            rows.append((name, cold, warm))
+    first = rows[0][1][0]
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()}, {first['device']} on "
+          f"{first['platform']}, "
+          f"`python benchmarks/model_compile.py {' '.join(sys.argv[1:])}` "
+          f"(medians of {args.rounds} rounds)\n")
+    print("| model | state | kernels | distinct kernels built | open device s | load s "
+          "| first run s | load + first run s | whole process s | run s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, cold, warm in rows:
+        for state, runs in (("cold", cold), ("warm", warm)):
+            def med(key, runs=runs):
+                return statistics.median(r[key] for r in runs)
+
+            both = statistics.median(r["load_s"] + r["first_run_s"] for r in runs)
+            print(f"| {name} | {state} | {runs[0]['kernels']} | {runs[0]['distinct']} | "
+                  f"{med('open_s'):.2f} | {med('load_s'):.2f} | {med('first_run_s'):.2f} | "
+                  f"**{both:.2f}** | {med('process_s'):.2f} | {med('run_s'):.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

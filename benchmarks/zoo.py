@@ -1,0 +1,211 @@
+"""Real models, side by side in one run: torchvision and torch models exported with
+`torch.onnx.export` (random weights), run through `tilec.onnx.load` and compared with
+onnxruntime (the outputs) and torch eager in fp32 with TF32 off (the time).
+
+    python benchmarks/zoo.py export DIR [--only NAME,..]           # needs torch, torchvision
+    python benchmarks/zoo.py run DIR [--device NVIDIA] [--batch 1] [--only NAME,..]
+
+`export` writes DIR/NAME-bBATCH.onnx for batches 1 and 32 (the batch is fixed in the file; the
+ONNX exporter of this torch writes static shapes) and DIR/NAME-bBATCH.npz with an input and
+onnxruntime's outputs.  `run` loads each model with tilec (cold: a new cache folder; then warm:
+the same folder again, in the same process), runs it with the outputs poisoned, compares with
+onnxruntime's outputs (max error over the output's largest magnitude), and times tilec (median
+of the kernels' OpenCL event times of one call) and torch eager (median CUDA event time of one
+forward) when torch sees a GPU.  One row a model is printed as soon as it is done: a run cut
+short still says what it measured."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VISION = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "efficientnet_b0",
+          "densenet121", "googlenet", "mnasnet0_5", "regnet_x_400mf", "vgg11", "alexnet",
+          "mobilenet_v3_small", "shufflenet_v2_x1_0", "convnext_tiny"]
+OTHER = ["mlp_gelu_ln", "transformer_encoder", "vit_small", "lstm", "gpt_decoder"]
+
+
+def _modules():
+    """name -> (module, input tensor) for batch b; built with torch (export only)."""
+    import torch
+    import torchvision
+    from torch import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.n, self.b = nn.Linear(256, 1024), nn.LayerNorm(1024), nn.Linear(1024, 256)
+
+        def forward(self, x):
+            return self.b(nn.functional.gelu(self.n(self.a(x))))
+
+    class Decoder(nn.Module):
+        """GPT-style: token and position embeddings, causal self-attention blocks, LM head."""
+
+        def __init__(self, vocab=1000, d=256, heads=4, layers=2, t=64):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                               norm_first=True, activation="gelu")
+            self.blocks = nn.TransformerEncoder(layer, layers)
+            self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+            self.register_buffer("mask", torch.triu(torch.full((t, t), float("-inf")), 1))
+            self.register_buffer("positions", torch.arange(t))
+
+        def forward(self, ids):
+            x = self.tok(ids) + self.pos(self.positions)
+            return self.head(self.norm(self.blocks(x, mask=self.mask)))
+
+    class LSTMNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.out = nn.LSTM(64, 128, batch_first=True), nn.Linear(128, 10)
+
+        def forward(self, x):
+            y, _ = self.lstm(x)
+            return self.out(y[:, -1])
+
+    def vision(name):
+        return lambda b: (getattr(torchvision.models, name)(weights=None),
+                          torch.randn(b, 3, 224, 224))
+
+    out = {n: vision(n) for n in VISION}
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0,
+                                                           batch_first=True), 2)
+    out.update({
+        "mlp_gelu_ln": lambda b: (MLP(), torch.randn(b, 256)),
+        "transformer_encoder": lambda b: (enc, torch.randn(b, 64, 256)),
+        "vit_small": lambda b: (torchvision.models.VisionTransformer(
+            224, 16, 6, 6, 384, 1536), torch.randn(b, 3, 224, 224)),
+        "lstm": lambda b: (LSTMNet(), torch.randn(b, 32, 64)),
+        "gpt_decoder": lambda b: (Decoder(), torch.randint(0, 1000, (b, 64))),
+    })
+    return out
+
+
+def export(folder: Path, names: list[str], batches: list[int]) -> None:
+    import onnxruntime as ort
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    # The fused transformer-layer kernel of eval mode has no ONNX export: the plain layers.
+    torch.backends.mha.set_fastpath_enabled(False)
+    builders = _modules()
+    for name in names:
+        for b in batches:
+            torch.manual_seed(0)
+            model, x = builders[name](b)
+            model.eval()
+            path = folder / f"{name}-b{b}.onnx"
+            with torch.no_grad():
+                torch.onnx.export(model, (x,), str(path), opset_version=17, dynamo=False,
+                                  input_names=["input"])
+            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            feed = {sess.get_inputs()[0].name: x.numpy()}
+            np.savez(folder / f"{name}-b{b}.npz", input=x.numpy(),
+                     **{f"out{k}": o for k, o in enumerate(sess.run(None, feed))})
+            print(f"exported {path.name}", flush=True)
+
+
+def _torch_time(name: str, batch: int, x: np.ndarray, repeat: int) -> float | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from gpu import torch_timer
+
+    torch.backends.mha.set_fastpath_enabled(True)  # torch at its fastest
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    model, _ = _modules()[name](batch)
+    model = model.eval().cuda()
+    tx = torch.from_numpy(x).cuda()
+    with torch.no_grad():
+        t, _ = torch_timer(lambda: model(tx), repeat, 20.0)
+    return t
+
+
+def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int) -> None:
+    import tilec.onnx
+    from tilec.config import Config
+
+    print(f"# {datetime.date.today()}; command: python benchmarks/zoo.py "
+          f"{' '.join(sys.argv[1:])}")
+    print(f"# host CPU: {_cpu()}")
+    print(f"| model (batch {batch}) | kernels | load cold | load warm | tilec | torch eager "
+          f"fp32 | tilec / torch (speed) | max error / max |outputs| |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        path = folder / f"{name}-b{batch}.onnx"
+        if not path.exists():
+            continue
+        try:
+            data = np.load(folder / f"{name}-b{batch}.npz")
+            cache = tempfile.mkdtemp(prefix="tilec-zoo-")
+            config = Config(device=device, cache_dir=Path(cache))
+            t0 = time.perf_counter()
+            exe = tilec.onnx.load(str(path), config=config)
+            cold = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            exe = tilec.onnx.load(str(path), config=config)
+            warm = time.perf_counter() - t0
+            feed = {exe.inputs[0]: data["input"]}
+            got = exe.run(feed, poison=True)
+            want = [data[k] for k in sorted(data.files) if k.startswith("out")]
+            errs = [float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30))
+                    for g, w in zip(got.values(), want, strict=False)]
+            times = []
+            for _ in range(repeat):
+                exe.run(feed)
+                times.append(sum(exe.last.last_timings.values()))
+            ours = statistics.median(times)
+            peer = _torch_time(name, batch, data["input"], repeat)
+            ratio = f"{peer / ours:.2f}" if peer else "-"
+            peer_text = f"{peer * 1e3:.3f} ms" if peer else "-"
+            print(f"| {name} | {len(exe.kernels)} | {cold:.1f} s | {warm:.2f} s | "
+                  f"{ours * 1e3:.3f} ms | {peer_text} | {ratio} | {max(errs):.1e} |", flush=True)
+        except Exception as e:  # one model's failure is a row, not the end of the table
+            first = str(e).splitlines()[0][:150] if str(e) else type(e).__name__
+            print(f"| {name} | failed: {first} | | | | | | |", flush=True)
+            traceback.print_exc(file=sys.stderr)
+
+
+def _cpu() -> str:
+    return subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["export", "run"])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--batches", default="1,32", help="export: the batches to write")
+    ap.add_argument("--device")
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else VISION + OTHER
+    if args.what == "export":
+        export(args.folder, names, [int(b) for b in args.batches.split(",")])
+    else:
+        run(args.folder, names, args.batch, args.device, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
