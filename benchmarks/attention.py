@@ -1,7 +1,9 @@
 """Attention, side by side in one run: tilec's attention kernel (`ops_attention.attention`, one
-kernel, the scores never stored), tilec's separate kernels (row fusion off: the scores go
-through memory), and the peer: torch's `scaled_dot_product_attention` in fp32 with TF32 off on
-a GPU device torch sees, numpy (matmul, softmax, matmul) on a CPU device.
+kernel, the scores never stored; `Config.attention_fusion` on, as GPUs have it by default),
+tilec's separate kernels (attention fusion off, as CPUs have it by default: the scores go
+through memory, the softmax is one row kernel), and the peer: torch's
+`scaled_dot_product_attention` in fp32 with TF32 off on a GPU device torch sees, numpy
+(matmul, softmax, matmul) on a CPU device.
 
     python benchmarks/attention.py [--device SPEC] [--batch 8] [--heads 12] [--seq 512]
                                    [--dim 64] [--repeat R] [--long 4096]
@@ -81,8 +83,8 @@ def main() -> int:
     B, H, T, D = args.batch, args.heads, args.seq, args.dim
     rng = np.random.default_rng(0)
     arrays = {n: rng.standard_normal((B, H, T, D)).astype(np.float32) for n in "qkv"}
-    fused = Config(device=args.device, threads=args.rows)
-    plain = Config(device=args.device, row_fusion=False)
+    fused = Config(device=args.device, threads=args.rows, attention_fusion=True)
+    plain = Config(device=args.device, attention_fusion=False)
     probe = tilec.compile("function (X[N]) -> (Y) { Y = X + 1; }", {"X": (4,)}, config=fused)
     info = probe.runtime.info
     gpu = info.kind == "gpu"

@@ -198,8 +198,11 @@ class _Text:
         vb = self.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} \
             else "0"
         ks, vs = _strides(self.t[k.k.tensor], k.k)[k.key], _strides(self.t[k.v.tensor], k.v)[k.key]
-        kat = _join(kb, _lin([('kj', ks)]), self.flat(k.k, k.depth, 'd'))
-        vat = _join(vb, _lin([('kj', vs)]), self.flat(k.v, k.values, 'e'))
+        # Direct reads clamp the key into the tensor (past its end the score is -inf, p = 0):
+        # the loops keep constant bounds, so they unroll and the rows stay in registers.
+        kat = _join(kb, _lin([('kc', ks)]), self.flat(k.k, k.depth, 'd'))
+        vat = _join(vb, _lin([('kc', vs)]), self.flat(k.v, k.values, 'e'))
+        clamp = [f"    const int kc = min(kj, {self.NK - 1});"] if self.direct else []
         kval = (clexpr.load(buf(k.k.tensor), kat, kdt) if self.direct else
                 f"lk[jj * {D} + d]")
         vval = (clexpr.load(buf(k.v.tensor), vat, vdt) if self.direct else
@@ -220,10 +223,10 @@ class _Text:
         loop = ([] if self.direct else staged) + [
             f"float s[{B}];", "float mb = -INFINITY;", "#pragma unroll",
             f"for (int jj = 0; jj < {B}; ++jj) {{",
-            "    const int kj = j0 + jj;",
+            "    const int kj = j0 + jj;", *clamp,
             "    float dot = 0.0f;",
             "    #pragma unroll",
-            f"    for (int d = 0; d < {D} && kj < {self.NK}; ++d)",
+            f"    for (int d = 0; d < {D}; ++d)",
             f"        dot = fma(q[d], {kval}, dot);  /* {k.qk.text} */"
             .replace("*/;", "*/")]
         loop += [f"    {x}" for x in self.scores()]
@@ -234,9 +237,9 @@ class _Text:
                  "const float alpha = exp(m - ms);", "l *= alpha;",
                  "#pragma unroll", f"for (int e = 0; e < {E}; ++e)", "    acc[e] *= alpha;",
                  "#pragma unroll", f"for (int jj = 0; jj < {B}; ++jj) {{",
-                 "    const int kj = j0 + jj;",
+                 "    const int kj = j0 + jj;", *clamp,
                  "    const float p = exp(s[jj] - ms);", "    l += p;",
-                 "    #pragma unroll", f"    for (int e = 0; e < {E} && kj < {self.NK}; ++e)",
+                 "    #pragma unroll", f"    for (int e = 0; e < {E}; ++e)",
                  f"        acc[e] = fma(p, {vval}, acc[e]);", "}",
                  "m = mn;"]
         lines += [f"    {x}" for x in loop] + ["}"]
