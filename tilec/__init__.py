@@ -3,7 +3,7 @@
 from .bundle import load
 from .compiler import Executable, compile
 from .errors import TileError
-from .graph import ops
+from .graph import library as ops
 from .graph.builder import Graph, GraphExecutable
 from .lang.api import check_program, evaluate, parse
 from .version import __version__
