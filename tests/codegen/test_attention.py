@@ -261,3 +261,28 @@ def test_explain_names_the_roles():
     text = explain(program(CAUSAL), shapes(), "float32", "nvidia-h100", None, {}, 3, None)
     assert "attention, 8 statements in one kernel" in text
     assert "key j, depth d, queries i, batch b, h, values e; keys up to 1 * i + 8" in text
+
+
+GQA = """function (Q[B, G, R, T, D], K[B, G, S, D], V[B, G, S, E]) -> (O) {
+  A[b, g, r, i, j : B, G, R, T, S] = +(Q[b, g, r, i, d] * K[b, g, j, d]);
+  Y = A * 0.25;
+  X = index(Y, 3) + 5 >= index(Y, 4) ? Y : -1e39;
+  M[b, g, r, i, 0 : B, G, R, T, 1] = >(X[b, g, r, i, j]);
+  W = exp(X - M);
+  Z[b, g, r, i, 0 : B, G, R, T, 1] = +(W[b, g, r, i, j]);
+  P = W / Z;
+  O[b, g, r, i, e : B, G, R, T, E] = +(P[b, g, r, i, j] * V[b, g, j, e]);
+}"""
+
+
+@needs_device
+@pytest.mark.parametrize("hw", FORMS)
+@pytest.mark.parametrize("t", [37, 70])
+def test_grouped_queries_with_a_causal_bound(hw, t):
+    """Query heads grouped over shared K/V heads: two query indices (r, i); the causal bound
+    follows i, and a group whose rows wrap around i visits every key it may need."""
+    shp = {"Q": (2, 2, 3, t, 32), "K": (2, 2, t + 5, 32), "V": (2, 2, t + 5, 32)}
+    (found,) = find(check_program(GQA, shp, "float32")).values()
+    assert found[1].query == ("r", "i") and found[1].causal == (1, 5)
+    exe, _ = run(GQA, shp, hw)
+    assert [s.kind for s in exe.sources] == ["attention"]

@@ -147,8 +147,16 @@ class _Text:
             return str(self.NK)
         q = _size(k, k.query)
         first = f"qb * {self.R}"
-        edge = f"min({first} + {self.R - 1}, {q - 1})" if a >= 0 else first
-        scaled = edge if a == 1 else f"{edge} * {int(a)}"
+        last = f"min({first} + {self.R - 1}, {q - 1})"
+        n = k.range(k.query[-1])
+        if len(k.query) > 1:
+            # The query index of the group's last (first) row, or its extreme when the
+            # group's rows wrap around it (they run over the slower query indices too).
+            same = f"({first}) / {n} == ({last}) / {n}"
+            last = f"({same} ? ({last}) % {n} : {n - 1})"
+            first = f"({same} ? ({first}) % {n} : 0)"
+        edge = last if a >= 0 else first
+        scaled = edge if a == 1 else f"({edge}) * {int(a)}"
         return f"clamp({scaled} + {int(c) + 1}, 0, {self.NK})"
 
     def groups(self) -> list[str]:

@@ -65,7 +65,7 @@ class AttentionKernel:
     total: str  # Z
     probs: str  # P
     source: str  # the tensor the maximum reads (X, or the scores A themselves)
-    causal: tuple[Fraction, Fraction] | None  # kept where key <= a * query + c: (a, c)
+    causal: tuple[Fraction, Fraction] | None  # kept where key <= a * query[-1] + c: (a, c)
     writes: tuple[str, ...] = ()
 
     @property
@@ -346,12 +346,11 @@ def _causal(program: ir.Program, scores: list[str], score: tuple[str, ...],
             query: tuple[str, ...]) -> tuple[Fraction, Fraction] | None:
     """(a, c) when a score statement keeps the score only where key <= a * query + c and
     gives -inf elsewhere (`X = i + c >= j ? A : -inf`): the key loop of a block of query rows
-    can stop after the largest such key.  Only with one query index."""
-    if len(query) != 1:
-        return None
+    can stop after the largest such key.  The query index is the last (fastest) of the query
+    indices (grouped-query attention has the group before it)."""
     stmt = {op.output: op for op in program.ops if isinstance(op, ir.Elementwise)}
     axes = dict(enumerate(score))
-    key, qi = score[-1], query[0]
+    key, qi = score[-1], query[-1]
     for name in scores:
         e = stmt[name].expr
         if not (isinstance(e, ir.Op) and e.op == "select"):
