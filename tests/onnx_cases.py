@@ -89,7 +89,25 @@ UNSUPPORTED = {
         "attribute keep_aspect_ratio_policy='not_smaller' is not supported",
     "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric":
         "attribute nearest_mode='round_prefer_ceil' is not supported",
+    # Attention in bfloat16: no storage type for it.
+    **{f"test_attention_{n}_bf16{x}": "element type BFLOAT16 is not supported"
+       for n in ("4d_causal", "4d_padded_kv", "4d_causal_padded_kv", "4d_attn_mask_causal",
+                 "3d_causal") for x in ("", "_expanded")},
+    # Attention's function bodies that pad the mask with a value computed in the graph (a
+    # CastLike of -inf), which Pad needs to know when loading.
+    **{f"test_attention_{n}_expanded": "the constant value must be a constant"
+       for n in ("4d_diff_heads_mask4d_padded_kv", "causal_boolmask_nan_robustness",
+                 "24_fullymasked_qk_matmul_output_mode3_zero",
+                 "24_qk_matmul_output_mode3_softmax_precision",
+                 "4d_causal_nonpad_attn_mask_composition", "local_window_rank1_boolean_mask",
+                 "local_window_ext_cache_rank3_head_mask",
+                 "local_window_ext_cache_rank4_batch_mask", "local_window_ext_cache_rank2_mask",
+                 "local_window_ext_cache_float16_mask", "local_window_gqa_rank4_mask")},
 }
+
+# Relative tolerances above the case's own: Attention's float16 function body rounds every
+# intermediate (scores, softmax) to float16 in its own order; two ulps apart from ONNX's.
+LOOSER = {"test_attention_4d_causal_fp16_expanded": 2e-3}
 
 # The node-case modules whose cases use only supported ops (reducesumsquare: its expanded
 # cases are Mul + ReduceSum).  Importing just these builds the cases in a few seconds instead
@@ -99,7 +117,7 @@ NODE_MODULES = ("relu", "conv", "gemm", "batch_normalization", "softmax", "resha
                 "reducemean", "reducesum", "reducemax", "reducesumsquare", "clip", "matmul",
                 "transpose", "flatten", "leakyrelu", "add", "sub", "mul", "div", "sigmoid",
                 "tanh", "globalaveragepool", "identity", "constant", "maxpool", "averagepool",
-                "convtranspose", "resize", "upsample")
+                "convtranspose", "resize", "upsample", "attention")
 
 
 @dataclass
@@ -137,7 +155,8 @@ def node_cases(full: bool) -> list[Case]:
                 except ImportError:  # renamed in another onnx version
                     continue
             found = node._NodeTestCases
-    out = {c.name: Case(c.name, c.model, list(c.data_sets), c.rtol, c.atol)
+    out = {c.name: Case(c.name, c.model, list(c.data_sets), max(c.rtol, LOOSER.get(c.name, 0)),
+                        c.atol)
            for c in found if _supported(c.model)}
     return [out[k] for k in sorted(out)]
 
