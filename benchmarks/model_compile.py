@@ -164,8 +164,9 @@ def main() -> int:
                     warm.append(one(path, d, args.device))
             rows.append((name, cold, warm))
     first = rows[0][1][0]
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()}, {first['device']} on "
-          f"{first['platform']}, "
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()} (load average {load}), "
+          f"{first['device']} on {first['platform']}, "
           f"`python benchmarks/model_compile.py {' '.join(sys.argv[1:])}` "
           f"(medians of {args.rounds} rounds)\n")
     print("| model | state | kernels | distinct kernels built | open device s | load s "
