@@ -155,3 +155,17 @@ def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (ref,) = sess.run(None, {"input": x})
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(ref).max()))
+
+
+@needs_device
+def test_cache_info_and_clear_cover_whole_compiles(tmp_path, monkeypatch, capsys):
+    from tilec.cli.main import main
+
+    g, arrays, _ = _blocks(2)
+    run(g, arrays, config=Config(cache_dir=tmp_path), quiet=True)
+    assert list((tmp_path / "compiled").glob("*.pkl"))
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "info"]) == 0
+    assert "compiled:" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert not list((tmp_path / "compiled").glob("*.pkl"))

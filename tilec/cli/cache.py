@@ -23,9 +23,10 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-# Beside the program binaries: the tile search's choices, and (in the user cache directory)
-# the parser's tables, compiled templates and the devices that passed the build probe.
-_SMALL = ("search", "parser", "templates", "devices")
+# Beside the program binaries: the tile search's choices, whole graph compiles
+# (`runtime.compiled`), and (in the user cache directory) the parser's tables, compiled
+# templates and the devices that passed the build probe.
+_SMALL = ("search", "compiled", "parser", "templates", "devices")
 
 
 def _small_files(cache: ProgramCache) -> dict[str, list]:
