@@ -273,9 +273,9 @@ def test_fused_into_one_kernel(case):
     if case in ("plain", "causal"):
         assert ks == ["attention"]
     # The causal bound (key <= query + c) skips the masked key blocks: after 7 cached keys
-    # c = 7, without a cache 0.  The grouped heads' two query indices and the padded cache's
-    # per-batch offset leave it unbounded (still correct).
-    bound = {"causal": (1, 0), "past": (1, 7)}.get(case)
+    # c = 7, without a cache 0 (grouped heads too: the bound reads the position, not the
+    # group).  The padded cache's per-batch offset leaves it unbounded (still correct).
+    bound = {"causal": (1, 0), "gqa-causal": (1, 0), "past": (1, 7)}.get(case)
     assert _kernel(exe).causal == bound
 
 

@@ -20,7 +20,7 @@ keys, and a select on the output."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,10 +38,9 @@ class _Chain:
     node: Node
     names: list[str]  # score-space index names: leading..., [h, g,] i, j
     dims: list[int]  # their sizes
-    groups: int  # query heads a kv head serves (1: no grouping)
-    mask: str | None = None
-    lengths: str | None = None
-    lines: list[str] = field(default_factory=list)
+    mask_value: str | None = None  # the mask's graph value
+    mask: str | None = None  # its Tile name in the score space
+    lengths: str | None = None  # the key counts' Tile name in the score space
 
     @property
     def rank(self) -> int:
@@ -89,7 +88,7 @@ def _begin(em: Emitter, node: Node, with_v: bool) -> tuple[_Chain, str, str | No
     else:
         names, dims = [*lead, "i", "j"], [*qs[:-2], qs[-2], ks[-2]]
         qidx, kidx, qshape = [*lead, "i", "d"], [*lead, "j", "d"], None
-    ch = _Chain(em, node, names, dims, g)
+    ch = _Chain(em, node, names, dims, mask)
     Q = _operand(em, q, qshape, True)
     K = _operand(em, k, None, True)
     V = _operand(em, v, None, True) if v is not None else None
@@ -114,8 +113,8 @@ def _offset(ch: _Chain, lengths: str | None) -> str:
     off = ch.node.get("offset")
     tq, tk = ch.dims[-2], ch.dims[-1]
     if off == "end":
-        return f"({lengths} - {tq})" if lengths else str(tk - tq)
-    return str(off)
+        return f"({lengths} - {tq})" if lengths else lit(tk - tq, "int32")
+    return lit(off, "int32")  # type: ignore[arg-type]
 
 
 def _score_statements(ch: _Chain, S: str, stage: str) -> str:
@@ -136,20 +135,25 @@ def _score_statements(ch: _Chain, S: str, stage: str) -> str:
         step("capped", f"{c} * tanh({{x}} / {c})")
     if stage == "scores":
         return cur
-    if ch.mask is not None:
-        if em.graph.type(node.inputs[3 if node.op == "attention" else 2]).dtype == "bool":
+    if ch.mask_value is not None:
+        if em.graph.type(ch.mask_value).dtype == "bool":
             step("masked", f"{ch.mask} ? {{x}} : {NEG_INF}")
         else:
             step("masked", f"{{x}} + {ch.mask}")
-    qi, kj = f"index({{x}}, {ch.rank - 2})", f"index({{x}}, {ch.rank - 1})"
+    # The query's key position and the key's, conditions in the form `query + c >= key`
+    # that `plan.attention` takes as a bound on the key loop.
+    kj = f"index({{x}}, {ch.rank - 1})"
+    pos = f"index({{x}}, {ch.rank - 2})"
     off = _offset(ch, ch.lengths)
+    if off != "0":
+        pos += f" + {off}"
     if node.get("causal"):
-        step("causal", f"{qi} + {off} >= {kj} ? {{x}} : {NEG_INF}")
+        step("causal", f"{pos} >= {kj} ? {{x}} : {NEG_INF}")
     left, right = node.get("window")  # type: ignore[misc]
     if left >= 0:
-        step("left", f"{kj} + {left} >= {qi} + {off} ? {{x}} : {NEG_INF}")
+        step("left", f"{kj} + {left} >= {pos} ? {{x}} : {NEG_INF}")
     if right >= 0:
-        step("right", f"{qi} + {off} + {right} >= {kj} ? {{x}} : {NEG_INF}")
+        step("right", f"{pos} + {right} >= {kj} ? {{x}} : {NEG_INF}")
     if ch.lengths is not None:
         step("padded", f"{kj} < {ch.lengths} ? {{x}} : {NEG_INF}")
     return cur
@@ -173,7 +177,7 @@ def _rows_can_be_empty(ch: _Chain) -> bool:
     node = ch.node
     if node.get("empty_rows") != "zero":
         return False
-    if ch.mask is not None or ch.lengths is not None:
+    if ch.mask_value is not None or ch.lengths is not None:
         return True
     tq, tk = ch.dims[-2], ch.dims[-1]
     off = node.get("offset")
@@ -190,11 +194,11 @@ def _row_keep(ch: _Chain) -> str:
     causal, (left, right) = bool(node.get("causal")), node.get("window")  # type: ignore[misc]
     structural = causal or left >= 0 or right >= 0
     terms, shapes = [], []
-    if ch.mask is not None:
-        mask = node.inputs[3 if node.op == "attention" else 2]
-        m = em.ref(mask)
-        terms.append(m if em.graph.type(mask).dtype == "bool" else f"({m} > {NEG_INF})")
-        shapes.append(em.shape(mask))
+    if ch.mask_value is not None:  # read as it is: the rows are the output's, not grouped
+        m = em.ref(ch.mask_value)
+        bool_mask = em.graph.type(ch.mask_value).dtype == "bool"
+        terms.append(m if bool_mask else f"({m} > {NEG_INF})")
+        shapes.append(em.shape(ch.mask_value))
     if structural or ch.lengths is not None:
         iq = em.constant(np.arange(tq, dtype=np.int32).reshape(tq, 1), "query_pos", "int32")
         jk = em.constant(np.arange(tk, dtype=np.int32).reshape(1, tk), "key_pos", "int32")
