@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..lang import ir
 from .attention import AttentionKernel
 from .attention import find as find_attention
+from .copies import compose_copies
 from .defract import overlap_error, rewritten
 from .flat import FlatContraction
 from .flatten import flatten
@@ -139,7 +140,8 @@ def plan_kernels(program: ir.Program, *, rows: bool = True,
                  attention: bool | None = None) -> KernelPlan:
     """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`), and
     attention (scores, softmax, value product) into one kernel (`plan.attention`; `attention`
-    None: as `rows`)."""
+    None: as `rows`).  Chains of copies are composed into one first (`plan.copies`)."""
+    program = compose_copies(program)
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
     row_groups = find_groups(program) if rows else {}
     row_groups.update(find_attention(program) if (rows if attention is None else attention)

@@ -1,0 +1,175 @@
+"""Chains of copies composed into one: `T[..] = =(X[..]); O[..] = =(T[..])` becomes one copy
+from X to O when T is read by nothing else.
+
+Layout ops are copies in Tile (a transpose, a reshape, a squeeze, a slice), and exported models
+chain them: an attention block reshapes, transposes and reshapes again around every product
+(torch's multi-head attention: eight such copies a layer).  Each is a kernel that reads and
+writes the whole tensor.  Two copies compose into an affine one when one side of the tensor
+between them is *plain* (one distinct index per axis, as a transpose writes and a split reads):
+
+- T written plainly, `T[a, b] = =(X[p(a, b)])`: O reads X at p with a, b replaced by the
+  polynomials O read T at;
+- T read plainly, `O[f(a, b)] = =(T[a, b])`: O is written at f with a, b replaced by the
+  polynomials T was written at.
+
+The composed statement keeps the bounds of T: constraints `0 <= q < n` for each axis of T
+(polynomial q, size n), so it touches exactly the elements the two copies did; elements of O
+that neither wrote stay 0, as before.  Repeated until no pair is left.  Statements with a
+default, constraints on the first copy of a plainly written T, or a T the program returns are
+left alone, and so is the first part of a concatenation (the copy a `default` chain starts
+from, which `placement` reads as written)."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+from ..lang import ir
+
+
+def _copy(op: ir.Statement) -> bool:
+    return (isinstance(op, ir.Contraction) and op.agg == "=" and op.comb is None
+            and len(op.inputs) == 1 and op.default is None and not op.no_defract)
+
+
+def _plain(idx: tuple[ir.Poly, ...]) -> tuple[str, ...] | None:
+    names = []
+    for p in idx:
+        if len(p.terms) != 1 or p.terms[0][1] != 1 or p.const != 0:
+            return None
+        names.append(p.terms[0][0])
+    return tuple(names) if len(set(names)) == len(names) else None
+
+
+def _subst(p: ir.Poly, env: dict[str, ir.Poly]) -> ir.Poly:
+    """All of `env` at once (its values may use the names it replaces)."""
+    terms: dict[str, Fraction] = {}
+    const = p.const
+    for name, c in p.terms:
+        if name in env:
+            q = env[name]
+            const += c * q.const
+            for n2, c2 in q.terms:
+                terms[n2] = terms.get(n2, Fraction(0)) + c * c2
+        else:
+            terms[name] = terms.get(name, Fraction(0)) + c
+    return ir.Poly.make(terms, const)
+
+
+def _readers(program: ir.Program, name: str) -> int:
+    count = 0
+    for op in program.ops:
+        if isinstance(op, ir.Contraction):
+            count += sum(a.tensor == name for a in op.inputs) + (op.default == name)
+        else:
+            count += name in ir.expr_refs(op.expr)
+    return count
+
+
+def _text(op: ir.Contraction, tensors) -> str:
+    def idx(ps):
+        return ", ".join(str(p) for p in ps)
+
+    dims = ", ".join(str(n) for n in tensors[op.output].shape)
+    cons = "".join(f", {c.poly} < {c.bound}" for c in op.constraints)
+    head = f"{op.output}[{idx(op.out_idx)} : {dims}]" if op.out_idx else f"{op.output}[]"
+    return f"{head} = =({op.inputs[0].tensor}[{idx(op.inputs[0].idx)}]){cons}"
+
+
+def _fresh(names: set[str], taken: set[str]) -> dict[str, ir.Poly]:
+    out, k = {}, 0
+    for n in sorted(names):
+        new = f"{n}_{k}"
+        while new in taken:
+            k += 1
+            new = f"{n}_{k}"
+        taken.add(new)
+        out[n] = ir.Poly.index(new)
+    return out
+
+
+def _bounds(polys: tuple[ir.Poly, ...], shape: tuple[int, ...], out_idx: tuple[ir.Poly, ...],
+            out_shape: tuple[int, ...]) -> list[ir.Constraint]:
+    """`0 <= q < n` for each axis polynomial q of T, except where q is an index the output
+    also takes plainly along an axis no longer than n (its range is bounded there already)."""
+    bounded = {p.terms[0][0]: m for p, m in zip(out_idx, out_shape, strict=True)
+               if len(p.terms) == 1 and p.terms[0][1] == 1 and p.const == 0}
+    out = []
+    for p, n in zip(polys, shape, strict=True):
+        if p.is_constant:
+            continue
+        if len(p.terms) == 1 and p.terms[0][1] == 1 and p.const == 0 and \
+                bounded.get(p.terms[0][0], n + 1) <= n:
+            continue
+        out.append(ir.Constraint(p, n))
+    return out
+
+
+def _compose(first: ir.Contraction, second: ir.Contraction, shape: tuple[int, ...],
+             out_shape: tuple[int, ...]) -> ir.Contraction | None:
+    """`second` reading `first`'s output, as one copy, or None."""
+    taken = set(second.indices)
+    # First's index names apart from second's.
+    rename = _fresh(set(first.indices), taken)
+    w = tuple(_subst(p, rename) for p in first.out_idx)
+    r = tuple(_subst(p, rename) for p in first.inputs[0].idx)
+    c1 = [ir.Constraint(_subst(c.poly, rename), c.bound) for c in first.constraints]
+    g = second.inputs[0].idx
+    plain_w = _plain(w)
+    if plain_w is not None and not c1 and set(p for q in r for p, _ in q.terms) <= set(plain_w):
+        env = dict(zip(plain_w, g, strict=True))
+        inputs = (ir.Access(first.inputs[0].tensor, tuple(_subst(p, env) for p in r)),)
+        out_idx = second.out_idx
+        cons = list(second.constraints) + _bounds(g, shape, out_idx, out_shape)
+    else:
+        plain_g = _plain(g)
+        if plain_g is None:
+            return None
+        env = dict(zip(plain_g, w, strict=True))
+        out_idx = tuple(_subst(p, env) for p in second.out_idx)
+        inputs = (ir.Access(first.inputs[0].tensor, r),)
+        cons = c1 + [ir.Constraint(_subst(c.poly, env), c.bound)
+                     for c in second.constraints] + _bounds(w, shape, out_idx, out_shape)
+    used = {n for p in (*out_idx, *inputs[0].idx) for n, _ in p.terms}
+    used |= {n for c in cons for n, _ in c.poly.terms}
+    return dataclasses.replace(second, out_idx=out_idx, inputs=inputs,
+                               constraints=tuple(dict.fromkeys(cons)),
+                               indices=tuple(sorted(used)))
+
+
+def compose_copies(program: ir.Program) -> ir.Program:
+    ops = list(program.ops)
+    tensors = dict(program.tensors)
+    keep = set(program.inputs) | set(program.outputs)
+    changed = True
+    while changed:
+        changed = False
+        current = dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
+        producer = {op.output: i for i, op in enumerate(ops)}
+        for j, second in enumerate(ops):
+            if not _copy(second):
+                continue
+            t = second.inputs[0].tensor  # type: ignore[union-attr]
+            i = producer.get(t)
+            if i is None or t in keep or not _copy(ops[i]) or _readers(current, t) != 1:
+                continue
+            first = ops[i]
+            if any(isinstance(op, ir.Contraction) and op.default == second.output
+                   for op in ops):
+                continue  # a concatenation's first part: left to `placement` as it is
+            if tensors[first.inputs[0].tensor].dtype != tensors[t].dtype or \
+                    tensors[t].dtype != tensors[second.output].dtype:
+                continue  # a copy may convert; two conversions are not one
+            new = _compose(first, second, tensors[t].shape,  # type: ignore[arg-type]
+                           tensors[second.output].shape)
+            if new is None:
+                continue
+            new = dataclasses.replace(new, text=_text(new, tensors))
+            ops[j] = new
+            del ops[i]
+            del tensors[t]
+            changed = True
+            break
+    if len(ops) == len(program.ops):
+        return program
+    return dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
