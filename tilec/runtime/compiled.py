@@ -61,8 +61,9 @@ def code_digest() -> str:
     """A digest of tilec's own source: modules, kernel templates and the grammar."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    files = sorted(root.rglob("*.py"))
-    for extra in ("templates", "grammar"):  # beside the package in a checkout
+    # Installed, the templates and grammar are inside the package; in a checkout, beside it.
+    files = sorted(f for ext in ("py", "j2", "lark") for f in root.rglob(f"*.{ext}"))
+    for extra in ("templates", "grammar"):
         files += sorted((root.parent / extra).glob("*.*"))
     for f in files:
         try:
