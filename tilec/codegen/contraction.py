@@ -15,6 +15,7 @@ from ..plan.flatten import operand_strides
 from ..plan.fuse import ContractionKernel
 from ..plan.schedule import Schedule, constrained
 from . import clexpr
+from .address import kernel_args
 from .copy import copy_width, vector_copy
 from .kernel_text import (
     LANES,
@@ -68,6 +69,9 @@ class _Contraction:
         self.need_hit = (not f.output_covered) and (f.agg != "+" or kernel.op.default
                                                     is not None)
         self.split = Split(self) if sched.split > 1 else None
+        # Tensors inside another tensor's buffer (the flat tables address the contraction's
+        # own accesses there already; post-op operands and results are addressed here).
+        self.placed = dict(kernel.storage)
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -440,7 +444,7 @@ class _Contraction:
                                                if kd == "out"]
             if direct:
                 if k_.op.output in k_.writes:
-                    inner.append(clexpr.store(buf(k_.op.output), "o", f"a_{j}", self.dtype,
+                    inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
                                               self.W))
             else:
                 for lane in lanes:
@@ -476,26 +480,39 @@ class _Contraction:
                 val = f"(({' && '.join(ok)}) ? {val} : {empty})"
         lines.append(f"const {self.ctype} v = {val};")
         names = {k_.op.output: "v"}
-        out_shape = self.program.tensors[k_.op.output].shape
         for p in k_.post_ops:
             def ref(name: str) -> str:
                 if name in names:
                     return names[name]
-                t = self.program.tensors[name]
-                strides, off = operand_strides(k_.op.out_idx, f, t.shape, out_shape)
-                env = self.point_env(self.points[j])
-                terms = [(s, env[k]) for k, s in enumerate(strides)]
-                if lane is not None and strides[self.v]:
-                    off += lane * strides[self.v]
-                return clexpr.load(buf(name), _lin(terms, off), t.dtype)
+                into, at = self.at_output(name, j, lane)
+                return clexpr.load(buf(into), at, self.program.tensors[name].dtype)
             var = f"v_{p.output}"
             ctype = clexpr.COMPUTE[self.program.tensors[p.output].dtype]
             lines.append(f"const {ctype} {var} = {clexpr.expr(p.expr, ref)};")
             names[p.output] = var
         for w in k_.writes:
-            lines.append(clexpr.store(buf(w), "oe", names[w], self.program.tensors[w].dtype))
+            into, at = (f.output.name, "oe") if w == k_.op.output else \
+                self.at_output(w, j, lane)
+            lines.append(clexpr.store(buf(into), at, names[w], self.program.tensors[w].dtype))
         lines.append("}")
         return lines
+
+    def at_output(self, name: str, j: int, lane: int | None) -> tuple[str, str]:
+        """(buffer, offset) of tensor `name`, numpy-broadcast to the output, at accumulator
+        point j's output element (lane `lane` of its vector)."""
+        f, k_ = self.flat, self.kernel
+        t = self.program.tensors[name]
+        out_shape = self.program.tensors[k_.op.output].shape
+        s = self.placed.get(name)
+        strides, off = operand_strides(k_.op.out_idx, f, t.shape, out_shape,
+                                       None if s is None else s.strides)
+        if s is None and strides == f.output.strides and off == f.output.offset:
+            return name, "oe"  # laid out as the output: the output's offset
+        env = self.point_env(self.points[j])
+        terms = [(st, env[k]) for k, st in enumerate(strides)]
+        if lane is not None and strides[self.v]:
+            off += lane * strides[self.v]
+        return (name, _lin(terms, off)) if s is None else (s.root, _lin(terms, off + s.offset))
 
     def render(self) -> KernelSource:
         f, s, k_ = self.flat, self.sched, self.kernel
@@ -554,6 +571,8 @@ class _Contraction:
             reads += list(ir.expr_refs(po.expr))
         produced = set(k_.produces)
         ins = list(dict.fromkeys(r for r in reads if r not in produced))
+        if self.placed:  # arguments are buffers: the roots of placed tensors
+            return kernel_args(ins, k_.writes, p, self.placed)
         args = [KernelArg(n, "in", p.tensors[n].dtype, p.tensors[n].size) for n in ins]
         args += [KernelArg(n, "out", p.tensors[n].dtype, p.tensors[n].size) for n in k_.writes]
         return args

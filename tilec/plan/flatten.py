@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 
 from ..errors import Source, Span, TileCheckError
@@ -29,11 +30,18 @@ _WITNESS_LIMIT = 4096
 
 def flatten(op: ir.Contraction, tensors: Mapping[str, ir.Tensor], *,
             broadcast_shapes: Sequence[tuple[int, ...]] = (),
-            source: Source | None = None) -> FlatContraction:
+            source: Source | None = None,
+            placed: Mapping[str, tuple[int, ...]] | None = None,
+            placed_operands: Sequence[tuple[tuple[int, ...], tuple[int, ...]]] = ()
+            ) -> FlatContraction:
     """The flat form of `op`.
 
     `broadcast_shapes` are the shapes of post-op operands that `operand_strides` will later be
     asked about: fusing two output indices is skipped where it would make such a read non-affine.
+    `placed` gives the element strides of tensors that live in a larger buffer
+    (`plan.placement`) and `placed_operands` the (shape, strides) of such post-op operands and
+    results, read or written at the output element: fusion keeps those addresses affine too.  The
+    tensors' tables here stay row-major (`with_storage` addresses them in their buffers).
     `source`, when given, makes errors show the statement's line with a caret.
     """
     accesses = [(op.output, op.out_idx, op.span)] + [(a.tensor, a.idx, a.span or op.span)
@@ -64,6 +72,10 @@ def flatten(op: ir.Contraction, tensors: Mapping[str, ir.Tensor], *,
 
     out_shape = tensors[op.output].shape
     extra = [_table(op.out_idx, _broadcast_weights(s, out_shape), mins) for s in broadcast_shapes]
+    extra += [_table(idx, placed[name], mins) for name, idx, _ in accesses
+              if placed and name in placed]
+    extra += [_table(op.out_idx, _broadcast_weights(s, out_shape, st), mins)
+              for s, st in placed_operands]
     entries = _fuse(live, ranges, [t[0] for t in tables], [t[0] for t in extra], kept)
 
     names = tuple(sorted(entries))
@@ -212,12 +224,14 @@ def _rowmajor(shape: tuple[int, ...]) -> tuple[int, ...]:
     return ir.Tensor("", shape).strides
 
 
-def _broadcast_weights(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Per output dim, the element stride of a numpy-broadcast operand (0 where it repeats)."""
+def _broadcast_weights(shape: tuple[int, ...], out_shape: tuple[int, ...],
+                       strides: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Per output dim, the element stride of a numpy-broadcast operand (0 where it repeats);
+    `strides` are the operand's own (row-major when not given)."""
     lead = len(out_shape) - len(shape)
     if lead < 0 or any(s not in (1, o) for s, o in zip(shape, out_shape[lead:], strict=True)):
         raise ValueError(f"shape {shape} does not broadcast to the output shape {out_shape}")
-    strides = _rowmajor(shape)
+    strides = _rowmajor(shape) if strides is None else strides
     return (0,) * lead + tuple(0 if s == 1 else st for s, st in zip(shape, strides, strict=True))
 
 
@@ -331,26 +345,52 @@ def _fuse(live: list[str], ranges: Mapping[str, int], tables: list[dict[str, int
 
 
 def operand_strides(out_idx: tuple[ir.Poly, ...], flat: FlatContraction, shape: tuple[int, ...],
-                    out_shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+                    out_shape: tuple[int, ...], strides: tuple[int, ...] | None = None
+                    ) -> tuple[tuple[int, ...], int]:
     """Strides (per flat index) and offset of a tensor of `shape`, numpy-broadcast against the
     output (`out_shape`) and read at the output element that each contraction point writes.
+    `strides`: the tensor's element strides where it lives in a larger buffer.
 
     Raises ValueError when the shape does not broadcast, or when a fused index would need a
     non-affine read (pass the shape to `flatten(broadcast_shapes=...)` to keep such indices apart).
     """
+    return access_table(out_idx, flat, _broadcast_weights(shape, out_shape, strides))
+
+
+def access_table(idx: Sequence[ir.Poly], flat: FlatContraction,
+                 weights: Sequence[int]) -> tuple[tuple[int, ...], int]:
+    """Strides (per flat index) and offset of an access at `idx` to a tensor whose dims have
+    element strides `weights`, over the flat indices of `flat`."""
     info = {v: (lo, r) for v, lo, r in flat.index_bounds}
-    strides, offset = _table(out_idx, _broadcast_weights(shape, out_shape),
-                             {v: lo for v, (lo, _) in info.items()})
+    strides, offset = _table(idx, weights, {v: lo for v, (lo, _) in info.items()})
     leaves = dict(flat.fused)
     out = []
     for name in flat.names:
         parts = leaves.get(name, (name,))
         for hi, lo in itertools.pairwise(parts):
             if strides[hi] != info[lo][1] * strides[lo]:
-                raise ValueError(f"an operand of shape {shape} cannot be read over the fused "
-                                 f"index {name}; flatten with broadcast_shapes={[shape]}")
+                raise ValueError(f"an access with element strides {tuple(weights)} cannot be "
+                                 f"read over the fused index {name}; flatten with its strides")
         out.append(strides[parts[-1]])
     return tuple(out), offset
+
+
+def with_storage(flat: FlatContraction, op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
+                 placed: Mapping[str, tuple[str, int, tuple[int, ...]]]) -> FlatContraction:
+    """`flat` with the tensors that live in a larger buffer addressed there: `placed` maps a
+    tensor to (root tensor, element offset of its origin, element strides), and its table
+    becomes the root's, with the offset a constant of the table (flatten with `placed` first,
+    so the fused indices stay affine)."""
+    idxs = [op.out_idx] + [a.idx for a in op.inputs]
+    out = []
+    for t, idx in zip(flat.tensors, idxs, strict=True):
+        if t.name not in placed:
+            out.append(t)
+            continue
+        root, base, weights = placed[t.name]
+        strides, offset = access_table(idx, flat, weights)
+        out.append(FlatTensor(root, strides, base + offset, t.dtype, tensors[root].size))
+    return replace(flat, tensors=tuple(out))
 
 
 def describe(flat: FlatContraction) -> str:

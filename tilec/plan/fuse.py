@@ -3,12 +3,14 @@
 A contraction takes the elementwise statements that follow it and have its output's shape as
 post-ops (PlaidML fuses the seed's ReLU this way); other runs of same-shaped elementwise
 statements become one elementwise kernel.  A tensor is written to global memory only when it is
-a program output or a later kernel reads it."""
+a program output or a later kernel reads it.  Concatenations are planned first
+(`plan.placement`): their operands are written in place, and their copies are no kernels."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..lang import ir
 from .attention import AttentionKernel
@@ -16,7 +18,8 @@ from .attention import find as find_attention
 from .copies import compose_copies
 from .defract import overlap_error, rewritten
 from .flat import FlatContraction
-from .flatten import flatten
+from .flatten import flatten, with_storage
+from .placement import Placement, Storage, place, storage_of
 from .rows import RowKernel, find_groups
 
 
@@ -30,6 +33,9 @@ class ContractionKernel:
     # of the box: uncovered elements are settled inside the kernel) or "injective" (some
     # elements have no point at all: an initialisation kernel runs first).
     out_map: str
+    # Where the tensors it touches live when that is inside another tensor's buffer (the flat
+    # form addresses the contraction's own accesses there already).
+    storage: tuple[tuple[str, Storage], ...] = ()
 
     @property
     def name(self) -> str:
@@ -49,6 +55,7 @@ class ElementwiseKernel:
     ops: tuple[ir.Elementwise, ...]
     shape: tuple[int, ...]
     writes: tuple[str, ...]
+    storage: tuple[tuple[str, Storage], ...] = ()  # as ContractionKernel's
 
     @property
     def name(self) -> str:
@@ -64,15 +71,25 @@ Kernel = ContractionKernel | ElementwiseKernel | RowKernel | AttentionKernel
 
 @dataclass(frozen=True)
 class KernelPlan:
+    # The checked program; its tensors also name the copies that placement adds.
     program: ir.Program
     kernels: tuple[Kernel, ...]
+    # Tensors that live inside another tensor's buffer (`plan.placement`).
+    storage: Mapping[str, Storage] = field(default_factory=dict, compare=False)
 
     def buffers(self) -> tuple[str, ...]:
-        """Tensors that live in global memory: inputs and every tensor a kernel writes."""
-        out = list(self.program.inputs)
+        """Tensors that own a buffer in global memory: inputs and every tensor a kernel
+        writes, or the tensor whose buffer it is written in."""
+        out = dict.fromkeys(self.program.inputs)
         for k in self.kernels:
-            out += [w for w in k.writes if w not in out]
+            for w in k.writes:
+                out.setdefault(self.root(w))
         return tuple(out)
+
+    def root(self, name: str) -> str:
+        """The tensor whose buffer holds `name`."""
+        found = self.storage.get(name)
+        return name if found is None else found.root
 
 
 def _count_ops(e: ir.Expr) -> int:
@@ -136,16 +153,50 @@ def _radix(pairs: list[tuple[int, int]]) -> list[int]:
     return out
 
 
-def plan_kernels(program: ir.Program, *, rows: bool = True,
+def plan_kernels(program: ir.Program, *, rows: bool = True, place_concats: bool = True,
                  attention: bool | None = None) -> KernelPlan:
     """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`), and
     attention (scores, softmax, value product) into one kernel (`plan.attention`; `attention`
-    None: as `rows`).  Chains of copies are composed into one first (`plan.copies`)."""
+    None: as `rows`).
+    `place_concats`: concatenations without copies (`plan.placement`).  Chains of copies
+    are composed into one first (`plan.copies`)."""
     program = compose_copies(program)
+    attention = rows if attention is None else attention
+    blocked: set[str] = set()
+    skip: set[str] = set()
+    while True:
+        placement = place(program, blocked, skip) if place_concats else \
+            Placement(program.ops, program.tensors)
+        work = dataclasses.replace(program, ops=placement.ops, tensors=placement.tensors)
+        if not placement.storage:
+            break
+        # Row and attention kernels address tensors row-major: what they read or write keeps
+        # its own buffer (and the placement is redone).  A copy into a slice that such a
+        # kernel took in (a row kernel's trailing statements) leaves its whole concatenation
+        # to copies.
+        opaque = list((find_groups(work) if rows else {}).values())
+        opaque += list((find_attention(work) if attention else {}).values())
+        clash = {n for _, k in opaque for n in k.reads() | set(k.produces)
+                 if n in placement.storage}
+        if not clash:
+            break
+        more = {placement.copies[n] for n in clash if n in placement.copies} - skip
+        again = (clash - set(placement.copies)) - blocked
+        if not more and not again:  # (each round keeps more apart: a safety net)
+            place_concats = False
+        skip |= more
+        blocked |= again
+    kernels = _group(work, rows, placement.storage, attention)
+    plan = dataclasses.replace(program, tensors=placement.tensors)
+    return KernelPlan(plan, tuple(_with_writes(work, kernels, placement.storage)),
+                      placement.storage)
+
+
+def _group(program: ir.Program, rows: bool, storage: Mapping[str, Storage],
+           attention: bool = True) -> list:
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
     row_groups = find_groups(program) if rows else {}
-    row_groups.update(find_attention(program) if (rows if attention is None else attention)
-                      else {})  # an attention group's
+    row_groups.update(find_attention(program) if attention else {})  # an attention group's
     # softmax is a row group inside it: the attention group starts earlier and covers it
     skip_to = 0
     for i, op in enumerate(program.ops):
@@ -156,8 +207,9 @@ def plan_kernels(program: ir.Program, *, rows: bool = True,
             groups.append([row_kernel, None, None, "rows"])
             continue
         if isinstance(op, ir.Contraction):
-            flat_op, flat = _flatten(program, op)
+            flat_op, flat = _flatten(program, op, storage, i)
             out_map = classify_output(flat, program.tensors[op.output].size)
+            flat = _addressed(flat, flat_op, program, storage)
             if out_map == "overlapping":
                 if flat_op is op and not _distinct_per_dim(op, flat):
                     raise overlap_error(op, program.source)
@@ -182,7 +234,7 @@ def plan_kernels(program: ir.Program, *, rows: bool = True,
         else:
             kernels.append(ElementwiseKernel(tuple(ew), program.tensors[ew[0].output].shape,
                                              ()))
-    return KernelPlan(program, tuple(_with_writes(program, kernels)))
+    return kernels
 
 
 def fuse_attention(config, hw) -> bool:
@@ -192,8 +244,8 @@ def fuse_attention(config, hw) -> bool:
     return config.row_fusion and hw.kind != "cpu"
 
 
-def _flatten(program: ir.Program,
-             op: ir.Contraction) -> tuple[ir.Contraction, FlatContraction]:
+def _flatten(program: ir.Program, op: ir.Contraction, storage: Mapping[str, Storage] = {},
+             at: int = 0) -> tuple[ir.Contraction, FlatContraction]:
     """The contraction a kernel computes (`op` after the reduce and defract rewrites, which
     keep its points and its text) and its flat form."""
     op = rewritten(op, program.tensors, source=program.source)
@@ -201,8 +253,39 @@ def _flatten(program: ir.Program,
     out_shape = program.tensors[op.output].shape
     shapes = {t.shape for t in program.tensors.values()
               if t.shape != out_shape and _broadcasts_to(t.shape, out_shape)}
+    placed = {a.tensor: storage[a.tensor].strides for a in op.inputs if a.tensor in storage}
+    if op.output in storage:
+        placed[op.output] = storage[op.output].strides
     return op, flatten(op, program.tensors, broadcast_shapes=tuple(sorted(shapes)),
-                       source=program.source)
+                       source=program.source, placed=placed,
+                       placed_operands=_post_op_storage(program, at, storage))
+
+
+def _post_op_storage(program: ir.Program, at: int, storage: Mapping[str, Storage]
+                     ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """(shape, strides) of the placed tensors that the statements which may become the
+    contraction at `at`'s post-ops (`_fits`) read or write at its output element."""
+    if not storage:
+        return ()
+    out_shape = program.tensors[program.ops[at].output].shape
+    found: dict[str, None] = {}
+    for op in program.ops[at + 1:]:
+        if not isinstance(op, ir.Elementwise) or ir.has_eid_op(op.expr) or \
+                program.tensors[op.output].shape != out_shape:
+            break
+        for n in (op.output, *ir.expr_refs(op.expr)):
+            if n in storage and _broadcasts_to(program.tensors[n].shape, out_shape):
+                found.setdefault(n)
+    return tuple((program.tensors[n].shape, storage[n].strides) for n in found)
+
+
+def _addressed(flat: FlatContraction, op: ir.Contraction, program: ir.Program,
+               storage: Mapping[str, Storage]) -> FlatContraction:
+    """The flat form with placed accesses addressed in their root's buffer."""
+    names = [op.output] + [a.tensor for a in op.inputs]
+    placed = {n: (storage[n].root, storage[n].offset, storage[n].strides)
+              for n in names if n in storage}
+    return with_storage(flat, op, program.tensors, placed) if placed else flat
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -230,10 +313,12 @@ def _fits(program: ir.Program, group: list, op: ir.Elementwise,
     return not (ir.gathered(op.expr) & {o.output for o in ew})
 
 
-def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:
+def _with_writes(program: ir.Program, kernels: list[Kernel],
+                 storage: Mapping[str, Storage] = {}) -> list[Kernel]:
     out = []
     for i, k in enumerate(kernels):
-        later = set(program.outputs)
+        # A placed tensor is read through its root (or a view of it): always stored.
+        later = set(program.outputs) | set(storage)
         for j in kernels[i + 1:]:
             later |= _reads(j)
         writes = tuple(n for n in k.produces if n in later)
@@ -241,8 +326,18 @@ def _with_writes(program: ir.Program, kernels: list[Kernel]) -> list[Kernel]:
             out.append(RowKernel(k.ops, k.full, k.axes, writes))
         elif isinstance(k, AttentionKernel):
             out.append(dataclasses.replace(k, writes=writes))
-        elif isinstance(k, ContractionKernel):
-            out.append(ContractionKernel(k.op, k.flat, k.post_ops, writes, k.out_map))
-        else:
-            out.append(ElementwiseKernel(k.ops, k.shape, writes))
+        elif isinstance(k, ContractionKernel | ElementwiseKernel):
+            out.append(dataclasses.replace(k, writes=writes,
+                                           storage=_touched(k, storage, program)))
     return out
+
+
+def _touched(k: ContractionKernel | ElementwiseKernel, storage: Mapping[str, Storage],
+             program: ir.Program) -> tuple[tuple[str, Storage], ...]:
+    if not storage:
+        return ()
+    names = _reads(k) | set(k.produces)
+    if isinstance(k, ContractionKernel):
+        names |= {a.tensor for a in k.op.inputs}
+    return tuple((n, storage_of(n, program.tensors, storage)) for n in sorted(names)
+                 if n in storage)
