@@ -1,10 +1,8 @@
-"""ONNX Mod, Trilu, Floor and Ceil (`tilec.onnx.arith`): every ONNX backend node case of them
-(all element types tilec has, both sign rules, infinities and NaN), models where they run in a
-kernel or fold at load, and their errors."""
+"""ONNX Mod, Trilu, Floor and Ceil (`tilec.onnx.arith`): models where they run in a kernel or
+fold at load, and their errors.  ONNX's own node cases of them (all element types tilec has,
+both sign rules, infinities and NaN) run in test_onnx.py (`CASE_MODULES`)."""
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import pytest
@@ -17,28 +15,8 @@ import tilec.onnx.importer as tonnx  # noqa: E402
 from tilec.errors import TileError  # noqa: E402
 
 from ..device import needs_device  # noqa: E402
-from ..onnx_cases import node_cases, run_case  # noqa: E402
 
-PREFIXES = ("test_mod", "test_tril", "test_triu", "test_floor", "test_ceil")
-
-
-def _cases():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [c for c in node_cases(full=True) if c.name.startswith(PREFIXES)]
-
-
-CASES = _cases()
-
-
-def test_the_node_cases_are_there():
-    assert len(CASES) >= 40
-
-
-@needs_device
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_node_case(case):
-    run_case(case)
+CASE_MODULES = ("mod", "trilu", "floor", "ceil")
 
 
 def _model(nodes, inputs, outputs, inits=()):
