@@ -30,6 +30,7 @@ import numpy as np
 
 from ..lang import ir
 from ..lang.reference import evaluate_expr
+from .copies import plain_indices
 
 # Floats a work-item keeps of its Q row and output row in registers (`codegen.attention`).
 # Past this the chain runs as separate kernels: spilled rows would be slower than the scores
@@ -103,23 +104,14 @@ class AttentionKernel:
         return tuple(p.terms[0][0] for p in self.qk.out_idx)
 
 
-def _plain(idx: tuple[ir.Poly, ...]) -> tuple[str, ...] | None:
-    names = []
-    for p in idx:
-        if len(p.terms) != 1 or p.terms[0][1] != 1 or p.const != 0:
-            return None
-        names.append(p.terms[0][0])
-    return tuple(names) if len(set(names)) == len(names) else None
-
-
 def _product(op: ir.Statement) -> tuple[Access, Access, tuple[str, ...]] | None:
     """A plain sum of products `O[..] = +(A[..] * B[..])`: both accesses and O's indices."""
     if not isinstance(op, ir.Contraction) or op.agg != "+" or op.comb != "*":
         return None
     if len(op.inputs) != 2 or op.constraints or op.default or op.no_defract:
         return None
-    out = _plain(op.out_idx)
-    a, b = (_plain(x.idx) for x in op.inputs)
+    out = plain_indices(op.out_idx)
+    a, b = (plain_indices(x.idx) for x in op.inputs)
     if out is None or a is None or b is None:
         return None
     return Access(op.inputs[0].tensor, a), Access(op.inputs[1].tensor, b), out
@@ -150,7 +142,7 @@ def _keep_dims(op: ir.Statement, agg: str, src: str, rank: int) -> bool:
         return False
     if len(op.inputs) != 1 or op.constraints or op.default or op.inputs[0].tensor != src:
         return False
-    names = _plain(op.inputs[0].idx)
+    names = plain_indices(op.inputs[0].idx)
     if names is None or len(names) != rank or len(op.out_idx) != rank:
         return False
     *rows, last = op.out_idx

@@ -32,7 +32,9 @@ def _copy(op: ir.Statement) -> bool:
             and len(op.inputs) == 1 and op.default is None and not op.no_defract)
 
 
-def _plain(idx: tuple[ir.Poly, ...]) -> tuple[str, ...] | None:
+def plain_indices(idx: tuple[ir.Poly, ...]) -> tuple[str, ...] | None:
+    """The index names of an access with one distinct index per axis (`T[a, b, c]`), or
+    None."""
     names = []
     for p in idx:
         if len(p.terms) != 1 or p.terms[0][1] != 1 or p.const != 0:
@@ -115,14 +117,14 @@ def _compose(first: ir.Contraction, second: ir.Contraction, shape: tuple[int, ..
     r = tuple(_subst(p, rename) for p in first.inputs[0].idx)
     c1 = [ir.Constraint(_subst(c.poly, rename), c.bound) for c in first.constraints]
     g = second.inputs[0].idx
-    plain_w = _plain(w)
+    plain_w = plain_indices(w)
     if plain_w is not None and not c1 and set(p for q in r for p, _ in q.terms) <= set(plain_w):
         env = dict(zip(plain_w, g, strict=True))
         inputs = (ir.Access(first.inputs[0].tensor, tuple(_subst(p, env) for p in r)),)
         out_idx = second.out_idx
         cons = list(second.constraints) + _bounds(g, shape, out_idx, out_shape)
     else:
-        plain_g = _plain(g)
+        plain_g = plain_indices(g)
         if plain_g is None:
             return None
         env = dict(zip(plain_g, w, strict=True))
