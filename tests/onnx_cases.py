@@ -211,3 +211,30 @@ def run_case(case: Case) -> None:
                 g.astype(np.float64), want.astype(np.float64), rtol=max(case.rtol, 1e-4),
                 atol=max(case.atol, 1e-5 * max(1.0, float(np.abs(want).max(initial=0)))),
                 err_msg=f"{case.name}: {name}")
+
+
+def against_onnxruntime(m, feed, rtol: float, atol: float, *, scaled_atol: bool):
+    """Load `m` with tilec, run it with its outputs poisoned and compare every output with
+    onnxruntime's: same types and shapes, integers and bools exactly, floats within rtol and
+    atol (times the output's largest magnitude, at least 1, when `scaled_atol`).  Returns the
+    executable."""
+    import pytest
+
+    import tilec.onnx.importer as tonnx
+
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feed)
+    exe = tonnx.load(m)
+    got = exe.run(feed, poison=True)
+    for name, w in zip(exe.outputs, want, strict=True):
+        g = got[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype, g.shape,
+                                                           w.shape)
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=name)
+            continue
+        tol = atol * max(1.0, float(np.abs(w).max(initial=0))) if scaled_atol else atol
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                   atol=tol, err_msg=name)
+    return exe

@@ -21,6 +21,7 @@ from tilec.errors import TileError  # noqa: E402
 from tilec.onnx.elementwise import ELEMENTWISE_CONVERTERS  # noqa: E402
 
 from ..device import needs_device  # noqa: E402
+from ..onnx_cases import against_onnxruntime  # noqa: E402
 
 device = needs_device
 RNG = np.random.default_rng(31)
@@ -59,21 +60,7 @@ def model(nodes, inputs, outputs, opset=17):
 
 def check(m, feed, rtol=1e-5, atol=1e-5):
     """tilec (outputs poisoned) against onnxruntime: same types, shapes and values."""
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feed)
-    exe = tonnx.load(m)
-    got = exe.run(feed, poison=True)
-    for name, w in zip(exe.outputs, want, strict=True):
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype, g.shape,
-                                                           w.shape)
-        if w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=name)
-        else:
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
-                                       atol=atol, err_msg=name)
-    return exe
+    return against_onnxruntime(m, feed, rtol, atol, scaled_atol=False)
 
 
 # unary ops and activations ------------------------------------------------------------------------

@@ -192,7 +192,6 @@ class _Text:
             lines += _decode("bt", k.batch, k, "x_")
         lines += _decode("qn", k.query, k, "x_")
         lines.append(f"const bool live = qn < {nq};")
-        rows = k.batch + k.query
         qrow = self.offset(k.q, k.depth)
         lines += [f"float q[{D}];", "#pragma unroll", f"for (int d = 0; d < {D}; ++d)",
                   f"    q[d] = live ? {clexpr.load(buf(k.q.tensor), qrow + ' + ' + self.flat(k.q, k.depth, 'd'), qdt)} : 0.0f;",  # noqa: E501
@@ -256,7 +255,6 @@ class _Text:
                   "        " + clexpr.store(buf(k.out.tensor),
                                             _join(orow, self.flat(k.out, k.values, 'e')),
                                             "acc[e] / l", self.t[k.out.tensor].dtype), "}"]
-        del rows
         return decls, lines
 
 

@@ -222,6 +222,13 @@ class Op:
 Expr = Ref | Const | Op
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcasts to `target` one way (numpy's rules, right-aligned;
+    the result keeps `target`)."""
+    return len(shape) <= len(target) and all(
+        a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
+
+
 def has_eid_op(e: Expr) -> bool:
     return isinstance(e, Op) and (e.op in EID_OPS or any(has_eid_op(a) for a in e.args))
 

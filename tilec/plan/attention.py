@@ -151,11 +151,6 @@ def _keep_dims(op: ir.Statement, agg: str, src: str, rank: int) -> bool:
                 for p, n in zip(rows, names, strict=False)))
 
 
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    return len(shape) <= len(target) and all(
-        a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
-
-
 def find(program: ir.Program) -> dict[int, tuple[int, AttentionKernel]]:
     """Start statement index -> (end index, exclusive; the kernel without writes)."""
     out: dict[int, tuple[int, AttentionKernel]] = {}
@@ -199,7 +194,7 @@ def _match(program: ir.Program, start: int) -> tuple[int, AttentionKernel] | Non
         if tensors[op.output].shape != full or ir.gathered(op.expr) or \
                 any(isinstance(e, ir.Op) and e.op in ir.EID_OPS and e.op != "index"
                     for e in _nodes(op.expr)) or \
-                not all(r in names or _broadcasts(tensors[r].shape, full)
+                not all(r in names or ir.broadcasts_to(tensors[r].shape, full)
                         for r in ir.expr_refs(op.expr)):
             return None
         names.add(op.output)

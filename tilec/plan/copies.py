@@ -58,16 +58,6 @@ def _subst(p: ir.Poly, env: dict[str, ir.Poly]) -> ir.Poly:
     return ir.Poly.make(terms, const)
 
 
-def _readers(program: ir.Program, name: str) -> int:
-    count = 0
-    for op in program.ops:
-        if isinstance(op, ir.Contraction):
-            count += sum(a.tensor == name for a in op.inputs) + (op.default == name)
-        else:
-            count += name in ir.expr_refs(op.expr)
-    return count
-
-
 def _text(op: ir.Contraction, tensors) -> str:
     def idx(ps):
         return ", ".join(str(p) for p in ps)
@@ -153,7 +143,7 @@ def compose_copies(program: ir.Program) -> ir.Program:
                 continue
             t = second.inputs[0].tensor  # type: ignore[union-attr]
             i = producer.get(t)
-            if i is None or t in keep or not _copy(ops[i]) or _readers(current, t) != 1:
+            if i is None or t in keep or not _copy(ops[i]) or current.consumers(t) != (second,):
                 continue
             first = ops[i]
             if any(isinstance(op, ir.Contraction) and op.default == second.output

@@ -252,7 +252,7 @@ def _flatten(program: ir.Program, op: ir.Contraction, storage: Mapping[str, Stor
     # Shapes of tensors that post-ops may read, so the flattener keeps their indices apart.
     out_shape = program.tensors[op.output].shape
     shapes = {t.shape for t in program.tensors.values()
-              if t.shape != out_shape and _broadcasts_to(t.shape, out_shape)}
+              if t.shape != out_shape and ir.broadcasts_to(t.shape, out_shape)}
     placed = {a.tensor: storage[a.tensor].strides for a in op.inputs if a.tensor in storage}
     if op.output in storage:
         placed[op.output] = storage[op.output].strides
@@ -274,7 +274,7 @@ def _post_op_storage(program: ir.Program, at: int, storage: Mapping[str, Storage
                 program.tensors[op.output].shape != out_shape:
             break
         for n in (op.output, *ir.expr_refs(op.expr)):
-            if n in storage and _broadcasts_to(program.tensors[n].shape, out_shape):
+            if n in storage and ir.broadcasts_to(program.tensors[n].shape, out_shape):
                 found.setdefault(n)
     return tuple((program.tensors[n].shape, storage[n].strides) for n in found)
 
@@ -286,12 +286,6 @@ def _addressed(flat: FlatContraction, op: ir.Contraction, program: ir.Program,
     placed = {n: (storage[n].root, storage[n].offset, storage[n].strides)
               for n in names if n in storage}
     return with_storage(flat, op, program.tensors, placed) if placed else flat
-
-
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    if len(shape) > len(target):
-        return False
-    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
 def _fits(program: ir.Program, group: list, op: ir.Elementwise,

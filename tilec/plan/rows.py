@@ -97,16 +97,10 @@ def row_reduction(op: ir.Statement, tensors) -> tuple[tuple[int, ...], tuple[int
     return full, tuple(axes)
 
 
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    if len(shape) > len(target):
-        return False
-    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
-
-
 def _leading(op: ir.Statement, tensors, full: tuple[int, ...]) -> bool:
     return (isinstance(op, ir.Elementwise) and tensors[op.output].shape == full
             and not ir.has_eid_op(op.expr)
-            and all(_broadcasts(tensors[n].shape, full) for n in ir.expr_refs(op.expr)))
+            and all(ir.broadcasts_to(tensors[n].shape, full) for n in ir.expr_refs(op.expr)))
 
 
 def find_groups(program: ir.Program) -> dict[int, tuple[int, RowKernel]]:
@@ -140,12 +134,12 @@ def find_groups(program: ir.Program) -> dict[int, tuple[int, RowKernel]]:
                     break
                 if shape == full:
                     if not all(n in rows_names or n in full_names
-                               or _broadcasts(tensors[n].shape, full) for n in refs):
+                               or ir.broadcasts_to(tensors[n].shape, full) for n in refs):
                         break
                     returns |= any(n in rows_names for n in refs)
                     full_names.add(op.output)
                 elif shape == reduced:
-                    if not all(n in rows_names or (n not in full_names and _broadcasts(
+                    if not all(n in rows_names or (n not in full_names and ir.broadcasts_to(
                             tensors[n].shape, reduced)) for n in refs):
                         break
                     rows_names.add(op.output)
