@@ -129,39 +129,47 @@ def _compose(first: ir.Contraction, second: ir.Contraction, shape: tuple[int, ..
                                indices=tuple(sorted(used)))
 
 
+def _reads(op: ir.Statement) -> list[str]:
+    if isinstance(op, ir.Contraction):
+        return [a.tensor for a in op.inputs] + ([op.default] if op.default else [])
+    return list(ir.expr_refs(op.expr))
+
+
 def compose_copies(program: ir.Program) -> ir.Program:
-    ops = list(program.ops)
+    """One pass in program order: a composed copy keeps its place, so a chain folds into it
+    link by link (each link's reader counts do not change: the composed copy reads what the
+    first copy read).  Linear in the statements: it runs on every plan."""
+    ops: list[ir.Statement | None] = list(program.ops)
     tensors = dict(program.tensors)
     keep = set(program.inputs) | set(program.outputs)
-    changed = True
-    while changed:
-        changed = False
-        current = dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
-        producer = {op.output: i for i, op in enumerate(ops)}
-        for j, second in enumerate(ops):
-            if not _copy(second):
-                continue
+    producer = {op.output: i for i, op in enumerate(ops)}
+    readers: dict[str, int] = {}
+    defaults: set[str] = set()  # concatenation parts (`default` operands)
+    for op in program.ops:
+        for name in set(_reads(op)):
+            readers[name] = readers.get(name, 0) + 1
+        if isinstance(op, ir.Contraction) and op.default:
+            defaults.add(op.default)
+    for j, second in enumerate(ops):
+        while _copy(second):  # type: ignore[arg-type]
             t = second.inputs[0].tensor  # type: ignore[union-attr]
             i = producer.get(t)
-            if i is None or t in keep or not _copy(ops[i]) or current.consumers(t) != (second,):
-                continue
-            first = ops[i]
-            if any(isinstance(op, ir.Contraction) and op.default == second.output
-                   for op in ops):
-                continue  # a concatenation's first part: left to `placement` as it is
+            first = ops[i] if i is not None else None
+            if first is None or t in keep or not _copy(first) or readers.get(t) != 1:
+                break
+            if second.output in defaults:  # type: ignore[union-attr]
+                break  # a concatenation's first part: left to `placement` as it is
             if tensors[first.inputs[0].tensor].dtype != tensors[t].dtype or \
                     tensors[t].dtype != tensors[second.output].dtype:
-                continue  # a copy may convert; two conversions are not one
+                break  # a copy may convert; two conversions are not one
             new = _compose(first, second, tensors[t].shape,  # type: ignore[arg-type]
                            tensors[second.output].shape)
             if new is None:
-                continue
-            new = dataclasses.replace(new, text=_text(new, tensors))
-            ops[j] = new
-            del ops[i]
+                break
+            second = dataclasses.replace(new, text=_text(new, tensors))
+            ops[j], ops[i] = second, None
             del tensors[t]
-            changed = True
-            break
-    if len(ops) == len(program.ops):
+    kept = tuple(op for op in ops if op is not None)
+    if len(kept) == len(program.ops):
         return program
-    return dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
+    return dataclasses.replace(program, ops=kept, tensors=tensors)
