@@ -33,7 +33,7 @@ from .kernel_text import (
 )
 
 
-def _size(k: AttentionKernel, names) -> int:
+def size_of(k: AttentionKernel, names) -> int:
     return math.prod(k.range(n) for n in names)
 
 
@@ -42,7 +42,7 @@ def shape_for(k: AttentionKernel, hw: HwModel, rows: int | None = None) -> tuple
     wavefronts a group, so several groups share a compute unit) and 32 keys (32 scores in
     registers; the K and V blocks take 32 * (D + E) floats of local memory).  CPUs: 16 rows,
     the width PoCL vectorises the work-items of a group over."""
-    queries = _size(k, k.query)
+    queries = size_of(k, k.query)
     want = rows or (64 if hw.kind != "cpu" else 16)
     cap = hw.max_work_group_size or 256
     r = 1 << int(math.log2(max(1, min(want, cap))))
@@ -51,16 +51,16 @@ def shape_for(k: AttentionKernel, hw: HwModel, rows: int | None = None) -> tuple
     return r, 32
 
 
-def _strides(t: ir.Tensor, acc: Access) -> dict[str, int]:
+def strides_of(t: ir.Tensor, acc: Access) -> dict[str, int]:
     return dict(zip(acc.names, row_major_strides(t.shape), strict=True))
 
 
-def _lin(terms: list[tuple[str, int]]) -> str:
+def linear(terms: list[tuple[str, int]]) -> str:
     parts = [v if s == 1 else f"{v} * {s}" for v, s in terms if s]
     return " + ".join(parts) if parts else "0"
 
 
-def _decode(var: str, names: tuple[str, ...], k: AttentionKernel, prefix: str) -> list[str]:
+def decode(var: str, names: tuple[str, ...], k: AttentionKernel, prefix: str) -> list[str]:
     """`const int x_n = ...;` for `names` from the mixed-radix number `var` (last fastest)."""
     out, inner = [], 1
     for i, n in enumerate(reversed(names)):
@@ -72,7 +72,7 @@ def _decode(var: str, names: tuple[str, ...], k: AttentionKernel, prefix: str) -
     return out[::-1]
 
 
-class _Text:
+class AttentionText:
     def __init__(self, k: AttentionKernel, program: ir.Program, rows: int, keys: int,
                  direct: bool = False):
         self.k, self.program, self.R, self.B = k, program, rows, keys
@@ -81,7 +81,7 @@ class _Text:
         self.direct = direct
         self.t = program.tensors
         self.score = k.score_names()
-        self.D, self.E = _size(k, k.depth), _size(k, k.values)
+        self.D, self.E = size_of(k, k.depth), size_of(k, k.values)
         self.NK = k.range(k.key)
         self.stmt = {op.output: op for op in k.ops}
 
@@ -89,20 +89,20 @@ class _Text:
         return "kj" if n == self.k.key else f"x_{n}"
 
     def offset(self, acc: Access, skip: tuple[str, ...] = ()) -> str:
-        s = _strides(self.t[acc.tensor], acc)
-        return _lin([(self.coord(n), s[n]) for n in acc.names if n not in skip])
+        s = strides_of(self.t[acc.tensor], acc)
+        return linear([(self.coord(n), s[n]) for n in acc.names if n not in skip])
 
     def flat(self, acc: Access, names: tuple[str, ...], var: str) -> str:
         """Offset of the flattened `names` (mixed radix, `var`) within `acc`'s tensor."""
-        s = _strides(self.t[acc.tensor], acc)
+        s = strides_of(self.t[acc.tensor], acc)
         if len(names) == 1:
-            return _lin([(var, s[names[0]])])
+            return linear([(var, s[names[0]])])
         terms, inner = [], 1
         for n in reversed(names):
             terms.append((f"(({var} / {inner}) % {self.k.range(n)})" if inner > 1
                           else f"({var} % {self.k.range(n)})", s[n]))
             inner *= self.k.range(n)
-        return _lin(terms[::-1])
+        return linear(terms[::-1])
 
     def broadcast(self, name: str) -> str:
         """Offset of a tensor broadcast to the scores, at (row, kj)."""
@@ -110,7 +110,7 @@ class _Text:
         full = self.k.full
         lead = len(full) - len(shape)
         strides = row_major_strides(shape)
-        return _lin([(self.coord(self.score[lead + a]), strides[a])
+        return linear([(self.coord(self.score[lead + a]), strides[a])
                      for a in range(len(shape)) if shape[a] > 1])
 
     def ref(self, name: str) -> str:
@@ -145,7 +145,7 @@ class _Text:
         a, c = k.causal
         if a.denominator != 1 or c.denominator != 1:
             return str(self.NK)
-        q = _size(k, k.query)
+        q = size_of(k, k.query)
         first = f"qb * {self.R}"
         last = f"min({first} + {self.R - 1}, {q - 1})"
         n = k.range(k.query[-1])
@@ -165,7 +165,7 @@ class _Text:
         T=512, 0.28 ms against 0.31 the other way round), except under a causal bound, where
         the last blocks of every batch (the most keys) go first, so that the short ones fill
         the gaps at the end instead of a long one running alone (0.218 -> 0.175 ms)."""
-        nb, nqb = _size(self.k, self.k.batch), self.nqb
+        nb, nqb = size_of(self.k, self.k.batch), self.nqb
         what = f"/* the batch: {', '.join(self.k.batch) or 'one'} */"
         if self.k.causal and self.k.causal[0] >= 0:
             return [f"const int bt = blk % {nb};  {what}",
@@ -175,12 +175,12 @@ class _Text:
 
     @property
     def nqb(self) -> int:
-        return -(-_size(self.k, self.k.query) // self.R)
+        return -(-size_of(self.k, self.k.query) // self.R)
 
     def body(self) -> tuple[list[str], list[str]]:
         k, R, B, D, E = self.k, self.R, self.B, self.D, self.E
         qdt, kdt, vdt = (self.t[a.tensor].dtype for a in (k.q, k.k, k.v))
-        nq = _size(k, k.query)
+        nq = size_of(k, k.query)
         decls = [] if self.direct else [
             f"__local float lk[{B * D}];  /* a block of {B} rows of {k.k.tensor} */",
             f"__local float lv[{B * E}];  /* and of {k.v.tensor} */"]
@@ -189,8 +189,8 @@ class _Text:
                  f"const int qn = qb * {R} + lid;  /* the query row: "
                  f"{', '.join(k.query)} */"]
         if k.batch:
-            lines += _decode("bt", k.batch, k, "x_")
-        lines += _decode("qn", k.query, k, "x_")
+            lines += decode("bt", k.batch, k, "x_")
+        lines += decode("qn", k.query, k, "x_")
         lines.append(f"const bool live = qn < {nq};")
         qrow = self.offset(k.q, k.depth)
         lines += [f"float q[{D}];", "#pragma unroll", f"for (int d = 0; d < {D}; ++d)",
@@ -204,11 +204,12 @@ class _Text:
         kb = self.offset(k.k, (k.key, *k.depth)) if set(k.k.names) - {k.key, *k.depth} else "0"
         vb = self.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} \
             else "0"
-        ks, vs = _strides(self.t[k.k.tensor], k.k)[k.key], _strides(self.t[k.v.tensor], k.v)[k.key]
+        ks = strides_of(self.t[k.k.tensor], k.k)[k.key]
+        vs = strides_of(self.t[k.v.tensor], k.v)[k.key]
         # Direct reads clamp the key into the tensor (past its end the score is -inf, p = 0):
         # the loops keep constant bounds, so they unroll and the rows stay in registers.
-        kat = _join(kb, _lin([('kc', ks)]), self.flat(k.k, k.depth, 'd'))
-        vat = _join(vb, _lin([('kc', vs)]), self.flat(k.v, k.values, 'e'))
+        kat = join_offsets(kb, linear([('kc', ks)]), self.flat(k.k, k.depth, 'd'))
+        vat = join_offsets(vb, linear([('kc', vs)]), self.flat(k.v, k.values, 'e'))
         clamp = [f"    const int kc = min(kj, {self.NK - 1});"] if self.direct else []
         kval = (clexpr.load(buf(k.k.tensor), kat, kdt) if self.direct else
                 f"lk[jj * {D} + d]")
@@ -219,12 +220,12 @@ class _Text:
             f"for (int t = lid; t < {B * D}; t += {R}) {{",
             f"    const int kj = j0 + t / {D};", f"    const int d = t % {D};",
             f"    lk[t] = kj < {self.NK} ? "
-            f"{clexpr.load(buf(k.k.tensor), _join(kb, _lin([('kj', ks)]), self.flat(k.k, k.depth, 'd')), kdt)} : 0.0f;",  # noqa: E501
+            f"{clexpr.load(buf(k.k.tensor), join_offsets(kb, linear([('kj', ks)]), self.flat(k.k, k.depth, 'd')), kdt)} : 0.0f;",  # noqa: E501
             "}",
             f"for (int t = lid; t < {B * E}; t += {R}) {{",
             f"    const int kj = j0 + t / {E};", f"    const int e = t % {E};",
             f"    lv[t] = kj < {self.NK} ? "
-            f"{clexpr.load(buf(k.v.tensor), _join(vb, _lin([('kj', vs)]), self.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
+            f"{clexpr.load(buf(k.v.tensor), join_offsets(vb, linear([('kj', vs)]), self.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
             "}",
             "barrier(CLK_LOCAL_MEM_FENCE);"]
         loop = ([] if self.direct else staged) + [
@@ -253,12 +254,12 @@ class _Text:
         orow = self.offset(k.out, k.values)
         lines += ["if (live) {", "    #pragma unroll", f"    for (int e = 0; e < {E}; ++e)",
                   "        " + clexpr.store(buf(k.out.tensor),
-                                            _join(orow, self.flat(k.out, k.values, 'e')),
+                                            join_offsets(orow, self.flat(k.out, k.values, 'e')),
                                             "acc[e] / l", self.t[k.out.tensor].dtype), "}"]
         return decls, lines
 
 
-def _join(*parts: str) -> str:
+def join_offsets(*parts: str) -> str:
     return " + ".join(p for p in parts if p and p != "0") or "0"
 
 
@@ -266,12 +267,12 @@ def attention_source(k: AttentionKernel, program: ir.Program, hw: HwModel,
                      rows: int | None = None) -> KernelSource:
     """The row form: one work-item a query row (`rows` of them a group, or `shape_for`'s)."""
     R, B = shape_for(k, hw, rows)
-    t = _Text(k, program, R, B, direct=hw.kind == "cpu")
+    t = AttentionText(k, program, R, B, direct=hw.kind == "cpu")
     decls, body = t.body()
     return assemble(k, program, t, decls, body, R, tiled=False)
 
 
-def assemble(k: AttentionKernel, program: ir.Program, t: _Text, decls: list[str],
+def assemble(k: AttentionKernel, program: ir.Program, t: AttentionText, decls: list[str],
              body: list[str], threads: int, tiled: bool) -> KernelSource:
     R, B = t.R, t.B
     for name in set(k.reads()) | set(k.writes):
@@ -280,22 +281,22 @@ def assemble(k: AttentionKernel, program: ir.Program, t: _Text, decls: list[str]
     args = [KernelArg(n, "in", program.tensors[n].dtype, program.tensors[n].size) for n in ins]
     args += [KernelArg(n, "out", program.tensors[n].dtype, program.tensors[n].size)
              for n in k.writes]
-    nb = _size(k, k.batch)
+    nb = size_of(k, k.batch)
     how = (f"{R} query rows a work-group ({threads} work-items), keys in blocks of {B} "
            f"through local memory; " + ("both products register-tiled; " if tiled else "")
            + "online softmax" + ("; the key loop stops at the causal bound" if k.causal
                                   else ""))
     comment = [op.text.replace("*/", "* /") for op in (k.qk, *k.ops, k.pv)] + [
-        f"{nb} batches x {_size(k, k.query)} queries x {t.NK} keys, depth {t.D}, "
+        f"{nb} batches x {size_of(k, k.query)} queries x {t.NK} keys, depth {t.D}, "
         f"values {t.E}; {how}"]
     ctx = {"title": f"{k.name}: attention kernel generated by tilec", "comment": comment,
            "name": k.name, "args": [arg_decl(a) for a in args], "wg": threads,
            "decls": decls, "head": [], "body": body}
     text = template_env().get_template("rows.cl.j2").render(k=ctx)
     groups = nb * t.nqb
-    pairs = nb * _size(k, k.query) * t.NK
+    pairs = nb * size_of(k, k.query) * t.NK
     flops = 2 * pairs * (t.D + t.E)
-    cost = (f"{k.name}: {how}; {groups} work-groups; the {nb}x{_size(k, k.query)}x{t.NK} "
+    cost = (f"{k.name}: {how}; {groups} work-groups; the {nb}x{size_of(k, k.query)}x{t.NK} "
             f"scores are not stored")
     return KernelSource(k.name, "attention", text, tuple(args), groups * threads, threads,
                         {"rows": R, "keys": B}, cost, flops)

@@ -29,7 +29,16 @@ from ..lang import ir
 from ..plan.attention import AttentionKernel
 from ..plan.hw import HwModel
 from . import clexpr
-from .attention import _decode, _join, _lin, _size, _strides, _Text, assemble, attention_source
+from .attention import (
+    AttentionText,
+    assemble,
+    attention_source,
+    decode,
+    join_offsets,
+    linear,
+    size_of,
+    strides_of,
+)
 from .kernel_text import KernelSource, buf
 
 BN, TX, RM = 32, 8, 4  # keys a block, work-items along them, rows a work-item
@@ -58,16 +67,16 @@ def tiled_rows(D: int, E: int, hw: HwModel) -> int | None:
 def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
                      rows: int | None = None) -> KernelSource:
     """The tiled form where it fits (and no row count is forced), else the row form."""
-    D, E = _size(k, k.depth), _size(k, k.values)
+    D, E = size_of(k, k.depth), size_of(k, k.values)
     ty = tiled_rows(D, E, hw)
     if rows is not None or ty is None:
         return attention_source(k, program, hw, rows)
-    t = _Text(k, program, ty * RM, BN)
+    t = AttentionText(k, program, ty * RM, BN)
     decls, body = tiled_body(t, k, ty)
     return assemble(k, program, t, decls, body, TX * ty, tiled=True)
 
 
-def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[str]]:
+def tiled_body(t: AttentionText, k: AttentionKernel, ty: int) -> tuple[list[str], list[str]]:
     """Declarations and body; `t` is the row form's text helper (`attention._Text`, made with
     `ty` * 4 rows a group), whose offsets, score statements and causal bound this form
     shares; `ty` rows of 8 work-items."""
@@ -76,7 +85,7 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
     EN = E // TX
     QS, KS = BM + PAD, BN + PAD
     qdt, kdt, vdt = (t.t[a.tensor].dtype for a in (k.q, k.k, k.v))
-    nq = _size(k, k.query)
+    nq = size_of(k, k.query)
     decls = [f"__local float lq[{D * QS}] __attribute__((aligned(16)));  /* Q^T: depth x rows */",
              f"__local float lkv[{max(D * KS, BN * E)}] __attribute__((aligned(16)));  "
              "/* K^T (depth x keys), then V (keys x values) */",
@@ -86,15 +95,16 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
          f"const int ty = lid / {TX};", "const int blk = get_group_id(0);",
          *t.groups(), f"const int q0 = qb * {BM};  /* the group's first query row */"]
     if k.batch:
-        L += _decode("bt", k.batch, k, "x_")
+        L += decode("bt", k.batch, k, "x_")
     # Q^T into local memory once: element (row r, depth d) at lq[d * QS + r].
     L += [f"for (int t = lid; t < {BM * D}; t += {WG}) {{",
           f"    const int r = t / {D};", f"    const int d = t % {D};",
           "    const int qn = q0 + r;"]
-    L += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    L += [f"    {x}" for x in decode("qn", k.query, k, "x_")]
     qrow = t.offset(k.q, k.depth)
     L += [f"    lq[d * {QS} + r] = qn < {nq} ? "
-          f"{clexpr.load(buf(k.q.tensor), _join(qrow, t.flat(k.q, k.depth, 'd')), qdt)} : 0.0f;",
+          f"{clexpr.load(buf(k.q.tensor), join_offsets(qrow, t.flat(k.q, k.depth, 'd')), qdt)}"
+          " : 0.0f;",
           "}"]
     L += [f"float o[{RM}][{EN}];", f"float m[{RM}];", f"float l[{RM}];  /* this work-item's "
           "part of the running sum */", "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
@@ -103,15 +113,15 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
     L.append(f"const int kend = {t.key_bound()};")
     kb = t.offset(k.k, (k.key, *k.depth)) if set(k.k.names) - {k.key, *k.depth} else "0"
     vb = t.offset(k.v, (k.key, *k.values)) if set(k.v.names) - {k.key, *k.values} else "0"
-    ks = _strides(t.t[k.k.tensor], k.k)[k.key]
-    vs = _strides(t.t[k.v.tensor], k.v)[k.key]
+    ks = strides_of(t.t[k.k.tensor], k.k)[k.key]
+    vs = strides_of(t.t[k.v.tensor], k.v)[k.key]
     per = -(-BN * E // (WG))  # V elements each work-item carries into local memory
     kper = -(-BN * D // (WG))  # K elements each work-item carries
 
     def kfetch(start: str) -> list[str]:
         """The K block from key `start` into registers kr: one depth a work-item,
         consecutive work-items on consecutive depths (coalesced reads)."""
-        at = _join(kb, _lin([("kj", ks)]), t.flat(k.k, k.depth, "d"))
+        at = join_offsets(kb, linear([("kj", ks)]), t.flat(k.k, k.depth, "d"))
         return ["#pragma unroll", f"for (int x = 0; x < {kper}; ++x) {{",
                 f"    const int t = lid + x * {WG};",
                 f"    const int kj = {start} + t / {D};", f"    const int d = t % {D};",
@@ -131,7 +141,7 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
         f"    const int t = lid + x * {WG};",
         f"    const int kj = j0 + t / {E};", f"    const int e = t % {E};",
         f"    vr[x] = kj < {NK} && t < {BN * E} ? "
-        f"{clexpr.load(buf(k.v.tensor), _join(vb, _lin([('kj', vs)]), t.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
+        f"{clexpr.load(buf(k.v.tensor), join_offsets(vb, linear([('kj', vs)]), t.flat(k.v, k.values, 'e')), vdt)} : 0.0f;",  # noqa: E501
         "}",
         "barrier(CLK_LOCAL_MEM_FENCE);",
         f"float s[{RM}][{CN}];",
@@ -150,7 +160,7 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
         *kfetch(f"j0 + {BN}"),
         "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
         "    const int qn = q0 + ty * 4 + a;"]
-    loop += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    loop += [f"    {x}" for x in decode("qn", k.query, k, "x_")]
     loop += ["    float mb = -INFINITY;", "    #pragma unroll",
              f"    for (int b = 0; b < {CN}; ++b) {{",
              f"        const int kj = j0 + tx * {CN} + b;",
@@ -194,10 +204,11 @@ def tiled_body(t: _Text, k: AttentionKernel, ty: int) -> tuple[list[str], list[s
           f"    red[(ty * {RM} + a) * {TX} + tx] = l[a];", "barrier(CLK_LOCAL_MEM_FENCE);",
           "#pragma unroll", f"for (int a = 0; a < {RM}; ++a) {{",
           f"    const int qn = q0 + ty * {RM} + a;", f"    if (qn >= {nq}) continue;"]
-    L += [f"    {x}" for x in _decode("qn", k.query, k, "x_")]
+    L += [f"    {x}" for x in decode("qn", k.query, k, "x_")]
     L += ["    float sum = 0.0f;", "    #pragma unroll", f"    for (int x = 0; x < {TX}; ++x)",
           f"        sum += red[(ty * {RM} + a) * {TX} + x];", "    #pragma unroll",
           f"    for (int e0 = 0; e0 < {EN}; ++e0) {{", f"        const int e = tx * {EN} + e0;",
-          "        " + clexpr.store(buf(k.out.tensor), _join(orow, t.flat(k.out, k.values, "e")),
+          "        " + clexpr.store(buf(k.out.tensor),
+                                    join_offsets(orow, t.flat(k.out, k.values, "e")),
                                     "o[a][e0] / sum", t.t[k.out.tensor].dtype), "    }", "}"]
     return decls, L
