@@ -31,6 +31,12 @@ class Config:
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),
     # so a CPU gets the fused kernel only when asked (True).
     attention_fusion: bool | None = None
+    # The device's measured facts (`tilec devices --calibrate`: the mul-add form the codegen
+    # writes, peak rate, bandwidths, launch cost) in a model derived from the device.  None:
+    # those stored for the device, if any, never measuring, so a compile stays fast and gives
+    # the same kernels until the user calibrates again; True: measure on first use (about
+    # 2 s, once per device and driver); False: ignore them (the queried model alone).
+    calibrate: bool | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
     # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.
     # The CLI fills it from TILEC_CACHE_DIR; library code never reads the environment.

@@ -121,10 +121,14 @@ def _open_bundle(args: argparse.Namespace):
 
 def cmd_devices(args: argparse.Namespace) -> int:
     from ..plan.hw_device import from_device
-    from ..runtime.device import PROBE_WIDTHS, all_devices, describe, probe_result
+    from ..runtime import calibrate
+    from ..runtime.device import PROBE_WIDTHS, Runtime, all_devices, describe, probe_result
 
+    want = (args.device or "").lower()
     for d in all_devices():
         info = describe(d)
+        if want and want not in info.label.lower():
+            continue
         probed = probe_result(d)
         limit = probed.vector_limit if probed.problem is None else None
         print(f"{info.label}  [{info.kind}, {info.version}, driver {info.driver}]"
@@ -132,8 +136,19 @@ def cmd_devices(args: argparse.Namespace) -> int:
               + (f"  (float vectors wider than {limit} compute wrongly: capped)"
                  if limit and limit < PROBE_WIDTHS[0] else ""))
         print(f"  platform: {info.platform_version}")
+        cal = calibrate.stored(info)
+        if args.calibrate and probed.problem is None:
+            rt = Runtime(d)
+            cal = calibrate.calibrate(rt.context, d, rt.vector_limit, info.label)
+            if not calibrate.remember(info, cal):
+                print(f"  (could not write {calibrate.calibrated_path()})")
+        if cal is not None:
+            print("  " + cal.describe().replace("\n", "\n  "))
+        elif probed.problem is None:
+            print("  not calibrated yet: `tilec devices --calibrate` measures it (about 2 s)")
         try:
-            print("  " + from_device(d, max_vec=limit).describe().replace("\n", "\n  "))
+            model = calibrate.apply(from_device(d, max_vec=limit), cal)
+            print("  " + model.describe().replace("\n", "\n  "))
         except TileError as e:
             print(f"  no hardware model: {e}")
     return 0
@@ -163,4 +178,9 @@ def register(sub, common) -> None:
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("devices", help="list OpenCL devices and their derived models")
+    sp.add_argument("--calibrate", action="store_true",
+                    help="measure each device (mul-add forms, vector widths, bandwidths, "
+                    "launch cost; about 2 s each) and keep the result for later compiles")
+    sp.add_argument("--device", metavar="SUBSTRING",
+                    help="only the devices whose 'platform: device' text contains this")
     sp.set_defaults(fn=cmd_devices)

@@ -74,8 +74,9 @@ def decode(var: str, names: tuple[str, ...], k: AttentionKernel, prefix: str) ->
 
 class AttentionText:
     def __init__(self, k: AttentionKernel, program: ir.Program, rows: int, keys: int,
-                 direct: bool = False):
+                 direct: bool = False, muladd: str = "fma"):
         self.k, self.program, self.R, self.B = k, program, rows, keys
+        self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         # CPUs: K and V read where they are (the caches hold them); no local memory, no
         # barrier (PoCL runs a group's work-items as a loop, split at every barrier).
         self.direct = direct
@@ -235,7 +236,8 @@ class AttentionText:
             "    float dot = 0.0f;",
             "    #pragma unroll",
             f"    for (int d = 0; d < {D}; ++d)",
-            f"        dot = fma(q[d], {kval}, dot);  /* {k.qk.text} */"
+            f"        dot = {clexpr.muladd('q[d]', kval, 'dot', self.muladd)};  "
+            f"/* {k.qk.text} */"
             .replace("*/;", "*/")]
         loop += [f"    {x}" for x in self.scores()]
         loop += [f"    s[jj] = kj < {self.NK} ? {self.ref(k.source)} : -INFINITY;",
@@ -248,7 +250,7 @@ class AttentionText:
                  "    const int kj = j0 + jj;", *clamp,
                  "    const float p = exp(s[jj] - ms);", "    l += p;",
                  "    #pragma unroll", f"    for (int e = 0; e < {E}; ++e)",
-                 f"        acc[e] = fma(p, {vval}, acc[e]);", "}",
+                 f"        acc[e] = {clexpr.muladd('p', vval, 'acc[e]', self.muladd)};", "}",
                  "m = mn;"]
         lines += [f"    {x}" for x in loop] + ["}"]
         orow = self.offset(k.out, k.values)
@@ -267,7 +269,7 @@ def attention_source(k: AttentionKernel, program: ir.Program, hw: HwModel,
                      rows: int | None = None) -> KernelSource:
     """The row form: one work-item a query row (`rows` of them a group, or `shape_for`'s)."""
     R, B = shape_for(k, hw, rows)
-    t = AttentionText(k, program, R, B, direct=hw.kind == "cpu")
+    t = AttentionText(k, program, R, B, direct=hw.kind == "cpu", muladd=hw.muladd)
     decls, body = t.body()
     return assemble(k, program, t, decls, body, R, tiled=False)
 

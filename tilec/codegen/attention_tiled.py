@@ -71,7 +71,7 @@ def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
     ty = tiled_rows(D, E, hw)
     if rows is not None or ty is None:
         return attention_source(k, program, hw, rows)
-    t = AttentionText(k, program, ty * RM, BN)
+    t = AttentionText(k, program, ty * RM, BN, muladd=hw.muladd)
     decls, body = tiled_body(t, k, ty)
     return assemble(k, program, t, decls, body, TX * ty, tiled=True)
 
@@ -86,6 +86,10 @@ def tiled_body(t: AttentionText, k: AttentionKernel, ty: int) -> tuple[list[str]
     QS, KS = BM + PAD, BN + PAD
     qdt, kdt, vdt = (t.t[a.tensor].dtype for a in (k.q, k.k, k.v))
     nq = size_of(k, k.query)
+
+    def ma(a: str, b: str, c: str) -> str:
+        return clexpr.muladd(a, b, c, t.muladd)
+
     decls = [f"__local float lq[{D * QS}] __attribute__((aligned(16)));  /* Q^T: depth x rows */",
              f"__local float lkv[{max(D * KS, BN * E)}] __attribute__((aligned(16)));  "
              "/* K^T (depth x keys), then V (keys x values) */",
@@ -154,7 +158,7 @@ def tiled_body(t: AttentionText, k: AttentionKernel, ty: int) -> tuple[list[str]
         "    const float kv[4] = {kb.x, kb.y, kb.z, kb.w};",
         "    #pragma unroll", f"    for (int a = 0; a < {RM}; ++a)", "        #pragma unroll",
         f"        for (int b = 0; b < {CN}; ++b)",
-        f"            s[a][b] = fma(qv[a], kv[b], s[a][b]);  /* {k.qk.text} */"
+        f"            s[a][b] = {ma('qv[a]', 'kv[b]', 's[a][b]')};  /* {k.qk.text} */"
         .replace("*/;", "*/"),
         "}",
         *kfetch(f"j0 + {BN}"),
@@ -192,10 +196,8 @@ def tiled_body(t: AttentionText, k: AttentionKernel, ty: int) -> tuple[list[str]
              "    #pragma unroll", f"    for (int e = 0; e < {EN}; e += 4) {{",
              "        const float4 vv = *(__local const float4*)&vrow[e];",
              "        #pragma unroll", f"        for (int a = 0; a < {RM}; ++a) {{",
-             "            o[a][e] = fma(pv[a], vv.x, o[a][e]);",
-             "            o[a][e + 1] = fma(pv[a], vv.y, o[a][e + 1]);",
-             "            o[a][e + 2] = fma(pv[a], vv.z, o[a][e + 2]);",
-             "            o[a][e + 3] = fma(pv[a], vv.w, o[a][e + 3]);",
+             *(f"            o[a][e{o}] = {ma('pv[a]', f'vv.{c}', f'o[a][e{o}]')};"
+               for o, c in (("", "x"), (" + 1", "y"), (" + 2", "z"), (" + 3", "w"))),
              "        }", "    }", "}"]
     L += [f"for (int j0 = 0; j0 < kend; j0 += {BN}) {{"] + [f"    {x}" for x in loop] + ["}"]
     # The row sums: each work-item's part, met in local memory.

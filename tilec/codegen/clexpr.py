@@ -8,6 +8,7 @@ touched through vload_half/vstore_half, which need no extension."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 
 from ..lang import ir
@@ -19,6 +20,22 @@ STORAGE = {"float32": "float", "float16": "half", "int32": "int", "bool": "uchar
 COMPUTE = {"float32": "float", "float16": "float", "int32": "int", "bool": "int",
            "int8": "int", "uint8": "int", "int16": "int", "uint16": "int", "uint32": "uint"}
 NARROW = ("int8", "uint8", "int16", "uint16")  # stored narrower than they are computed
+
+
+_OPERAND = re.compile(r"[\w.]+(\[[^\[\]]*\])*")
+
+
+def muladd(a: str, b: str, c: str, form: str = "fma") -> str:
+    """`a * b + c` as the hardware model's mul-add form says (plan/calibration.py: why the
+    forms differ in speed by up to 9x on some drivers)."""
+    if form == "fma":
+        return f"fma({a}, {b}, {c})"
+    if form == "mad":
+        return f"mad({a}, {b}, {c})"
+    if form != "mul_add":
+        raise ValueError(f"unknown mul-add form {form!r}")
+    a, b, c = (x if _OPERAND.fullmatch(x) else f"({x})" for x in (a, b, c))
+    return f"({a} * {b} + {c})"
 
 
 def narrow(text: str, dtype: str) -> str:

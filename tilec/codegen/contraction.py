@@ -43,8 +43,9 @@ UNROLL_COPIES = 16
 
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                 cost_lines: list[str]):
+                 cost_lines: list[str], muladd: str = "fma"):
         self.kernel = kernel
+        self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
@@ -384,7 +385,7 @@ class _Contraction:
         ty = self.acc_type()
         is_float = self.ctype == "float"
         if f.comb == "*" and f.agg == "+" and is_float:
-            return f"{acc} = fma({vals[0]}, {vals[1]}, {acc});"
+            return f"{acc} = {clexpr.muladd(vals[0], vals[1], acc, self.muladd)};"
         if f.comb is None:
             val = vals[0]
         elif f.comb in ("*", "+"):
@@ -579,5 +580,5 @@ class _Contraction:
 
 
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                       cost_lines: list[str] | None = None) -> KernelSource:
-    return _Contraction(kernel, sched, program, cost_lines or []).render()
+                       cost_lines: list[str] | None = None, muladd: str = "fma") -> KernelSource:
+    return _Contraction(kernel, sched, program, cost_lines or [], muladd).render()

@@ -83,7 +83,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                                   split_reduction=config.split_reduction)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
-            sources.append(contraction_source(k, sched, plan.program, lines))
+            sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd))
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads))
         elif isinstance(k, AttentionKernel):

@@ -24,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HardwareModelError, Source, Span
+from .calibration import DEFAULT_MULADD, MULADD_FORMS
 
 KINDS = ("gpu", "cpu")
+# Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
+_FLOAT_FIELDS = ("peak_gflops", "bandwidth_gbs", "l1_gbs", "l2_gbs", "local_gbs", "launch_us",
+                 "group_us")
 STAGINGS = ("local", "global")
 VEC_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_ELEM_BYTES: tuple[tuple[str, int], ...] = (
@@ -63,13 +67,23 @@ class HwModel:
     max_work_group_size: int = 0
     local_mem_bytes: int = 0  # per work-group, as OpenCL reports it
     source: str = ""  # where the values came from
+    # Measured facts (`tilec devices --calibrate`, plan/calibration.py), or a TOML's.  The
+    # defaults are what tilec assumed before it measured: `fma()` and nothing known.
+    muladd: str = DEFAULT_MULADD  # how the codegen writes a*b+c: "fma", "mad" or "mul_add"
+    muladd_vec: int = 0  # narrowest float vector width at full mul-add speed (0: unknown)
+    l1_gbs: float = 0.0  # bandwidth of repeated reads from half the L1 (all compute units)
+    l2_gbs: float = 0.0  # the same from half the L2
+    local_gbs: float = 0.0  # reads from local memory
+    launch_us: float = 0.0  # device time of an empty kernel
+    group_us: float = 0.0  # device time per extra work-group of an empty kernel
 
     def __post_init__(self) -> None:
         # Normalised here so that models built in code compare and hash like loaded ones.
         object.__setattr__(self, "elem_bytes", _merge_elem_bytes(self.elem_bytes))
         object.__setattr__(self, "goal_flops_per_byte", float(self.goal_flops_per_byte))
         object.__setattr__(self, "peak_gflops", float(self.peak_gflops))
-        object.__setattr__(self, "bandwidth_gbs", float(self.bandwidth_gbs))
+        for name in _FLOAT_FIELDS:
+            object.__setattr__(self, name, float(getattr(self, name)))
         problems = _value_problems({f.name: getattr(self, f.name) for f in fields(self)})
         if problems:
             field, why = problems[0]
@@ -180,7 +194,8 @@ class HwModel:
             f"  cost model: threads {self.threads}, mem_width {self.mem_width} B, "
             f"max_mem {_size(self.max_mem)}, max_regs {_size(self.max_regs)}, "
             f"goal_groups {self.goal_groups}, goal {self.goal_flops_per_byte:g} flops/byte",
-            f"  codegen: vec_size {self.vec_size}, staging {self.staging} ({staged})",
+            f"  codegen: vec_size {self.vec_size}, staging {self.staging} ({staged}), "
+            f"mul-add {self.muladd}",
         ]
         if self.registers > 0 and self.l1_bytes > 0 and self.l2_bytes > self.l1_bytes:
             mr, nr = self.register_tile()
@@ -199,6 +214,16 @@ class HwModel:
         ]
         if any(facts):
             lines.append("  device: " + ", ".join(f for f in facts if f))
+        measured = [
+            f"full mul-add speed from {self.muladd_vec}-wide vectors" if self.muladd_vec else "",
+            f"L2 {self.l2_gbs:g} GB/s" if self.l2_gbs else "",
+            f"L1 {self.l1_gbs:g} GB/s" if self.l1_gbs else "",
+            f"local {self.local_gbs:g} GB/s" if self.local_gbs else "",
+            f"launch {self.launch_us:g} us" if self.launch_us else "",
+            f"{self.group_us:g} us a work-group" if self.group_us else "",
+        ]
+        if any(measured):
+            lines.append("  measured: " + ", ".join(f for f in measured if f))
         if self.source:
             lines.append(f"  source: {self.source}")
         return "\n".join(lines)
@@ -308,12 +333,18 @@ def _value_problems(v: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("max_mem", "must be positive when staging is 'local'"))
     if v["vec_size"] not in VEC_SIZES:
         out.append(("vec_size", f"must be one of {VEC_SIZES}, not {v['vec_size']}"))
+    if v["muladd"] not in MULADD_FORMS:
+        out.append(("muladd", f"must be one of {', '.join(map(repr, MULADD_FORMS))} (fma(a, b, "
+                              f"c), mad(a, b, c), a * b + c), not {v['muladd']!r}"))
+    if v["muladd_vec"] not in (0, *VEC_SIZES):
+        out.append(("muladd_vec", f"must be 0 (unknown) or one of {VEC_SIZES}, "
+                                  f"not {v['muladd_vec']}"))
     for dtype, size in v["elem_bytes"]:
         if size not in (1, 2, 4, 8):
             out.append(("elem_bytes", f"{dtype} = {size}: an element is 1, 2, 4 or 8 bytes"))
     for name in ("max_mem", "registers", "l1_bytes", "l2_bytes", "compute_units", "clock_mhz",
-                 "peak_gflops", "bandwidth_gbs", "max_work_group_size", "local_mem_bytes"):
-        if v[name] < 0:
+                 "max_work_group_size", "local_mem_bytes", *_FLOAT_FIELDS):
+        if v[name] < 0 or v[name] != v[name]:
             out.append((name, f"must not be negative, not {v[name]}"))
     if v["kind"] == "cpu":
         if v["registers"] < 3:

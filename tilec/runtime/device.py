@@ -415,7 +415,8 @@ def _explain_build(log: str, source: str) -> str:
 
 def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
     """The hardware model to plan for: the one given, the named one, or the device's own
-    (its queries, vectors capped at the width the probe saw computed correctly)."""
+    (its queries, vectors capped at the width the probe saw computed correctly, and its
+    calibration as `config.calibrate` says)."""
     limit = runtime.vector_limit
     if config.vector_width and limit and config.vector_width > limit:
         raise TileError(f"vector width {config.vector_width}: {runtime.info.label} computes "
@@ -426,7 +427,12 @@ def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> 
     elif (name := hw or config.hw) and name != "auto":
         model = HwModel.load(name)
     else:
-        return from_device(runtime.device, max_vec=limit)
+        from .calibrate import apply, calibration_for
+
+        model = from_device(runtime.device, max_vec=limit)
+        if config.calibrate is False:
+            return model
+        return apply(model, calibration_for(runtime, measure=bool(config.calibrate)))
     if limit and model.vec_size > limit and not config.vector_width:
         # A model written for another device would make kernels that compute wrong results
         # here: plan narrower vectors, and say so.

@@ -1,0 +1,78 @@
+"""Every mul-add form (`fma(a,b,c)`, `mad(a,b,c)`, `a*b+c`; clexpr.muladd, chosen by the
+calibration) in the kernels that write one: contractions on the CPU and GPU paths, and
+attention in its row and tiled forms.  Run on the CPU device with outputs poisoned first and
+compared with the numpy reference on random inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.codegen.clexpr import muladd
+from tilec.config import Config
+from tilec.lang.reference import random_array
+from tilec.plan.calibration import MULADD_FORMS
+from tilec.plan.hw import HwModel
+
+from ..device import needs_device
+from ..kernel_cases import CASES
+from .test_attention import CAUSAL, program, shapes
+
+SPELLED = {"fma": "fma(", "mad": "mad(", "mul_add": " * "}
+
+
+def test_muladd_text():
+    assert muladd("a", "b[i]", "c.x", "fma") == "fma(a, b[i], c.x)"
+    assert muladd("a", "b", "c", "mad") == "mad(a, b, c)"
+    assert muladd("x ? y : 0", "A_s[k * 4 + 1]", "acc[0]", "mul_add") == \
+        "((x ? y : 0) * A_s[k * 4 + 1] + acc[0])"
+    with pytest.raises(ValueError):
+        muladd("a", "b", "c", "fmaa")
+
+
+def model(base: str | None, form: str) -> HwModel:
+    from tilec.runtime.device import Runtime, hw_model_for
+
+    runtime = Runtime.get(None)
+    hw = hw_model_for(base, Config(calibrate=False), runtime)
+    return dataclasses.replace(hw, muladd=form)
+
+
+@needs_device
+@pytest.mark.parametrize("form", MULADD_FORMS)
+@pytest.mark.parametrize("base", [None, "nvidia-h100"])
+@pytest.mark.parametrize("name", ["matmul_odd", "conv_same_relu", "depthwise"])
+def test_contraction_with_each_form(form, base, name):
+    src, shp = CASES[name]
+    exe = tilec.compile(src, shp, hw=model(base, form))
+    body = [s.text for s in exe.sources if s.kind == "contraction"]
+    assert body and all(SPELLED[form] in t for t in body)
+    if form != "fma":
+        assert not any("fma(" in t for t in body)
+    rng = np.random.default_rng(11)
+    arrays = {n: random_array(rng, exe.program.tensors[n].shape, "float32")
+              for n in exe.program.inputs}
+    outs = exe.run(arrays, poison=True)
+    assert not any(np.isnan(a).any() for a in outs.values())
+    v = exe.check(exe._inputs(arrays), outs)
+    assert v.ok, v.worst
+
+
+@needs_device
+@pytest.mark.parametrize("form", MULADD_FORMS)
+@pytest.mark.parametrize("base", [None, "nvidia-h100"])  # the row form; the tiled form
+def test_attention_with_each_form(form, base):
+    shp = shapes(1, 2, 70, 33, 32, 32)
+    src = program(CAUSAL)
+    rng = np.random.default_rng(5)
+    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in shp.items()}
+    exe = tilec.compile(src, shp, hw=model(base, form), config=Config(attention_fusion=True))
+    assert [s.kind for s in exe.sources] == ["attention"]
+    assert SPELLED[form] in exe.sources[0].text
+    got = exe.run(arrays, poison=True)["O"]
+    ref = tilec.evaluate(src, **arrays)["O"]
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)

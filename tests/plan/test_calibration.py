@@ -1,0 +1,123 @@
+"""The calibration's record and rules (plan/calibration.py) and the hardware model's measured
+fields, device-free: synthetic timings, TOML round trips, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tilec.errors import HardwareModelError, TileError
+from tilec.plan.calibration import (
+    FORM_MARGIN,
+    Calibration,
+    choose_form,
+    form_table,
+)
+from tilec.plan.hw import HwModel
+
+
+def rounds_of(rates: dict[str, dict[int, float]], scales=(1.0, 0.5, 1.0)):
+    """Rounds in which the whole machine runs at `scale` of its speed (a busy host)."""
+    return [{(f, w): r * s for f, by_w in rates.items() for w, r in by_w.items()}
+            for s in scales]
+
+
+def cal(**kw) -> Calibration:
+    base = dict(muladd="mul_add", muladd_vec=8, peak_gflops=232.0, dram_gbs=31.0, l2_gbs=200.0,
+                l1_gbs=370.0, local_gbs=360.0, launch_us=0.7, launch_wall_us=35.0,
+                group_us=0.007, form_gflops=(("fma", 8, 25.0), ("mul_add", 8, 232.0)),
+                seconds=1.2, label="PoCL: cpu")
+    return Calibration(**(base | kw))
+
+
+def test_fma_called_as_a_function_loses_to_the_plain_expression():
+    # The PyPI PoCL 3.0 on Zen 4: fma() and mad() are calls, a*b+c an instruction.
+    rates = {"fma": {1: 3, 2: 6, 4: 13, 8: 25}, "mad": {1: 3, 2: 6, 4: 13, 8: 25},
+             "mul_add": {1: 29, 2: 58, 4: 116, 8: 232}}
+    form, width, peak = choose_form(rounds_of(rates))
+    assert (form, width, peak) == ("mul_add", 8, 232)
+
+
+def test_equal_forms_keep_fma_and_the_narrowest_full_speed_width():
+    # Debian's PoCL 3.1: fma inlined, mad a separate multiply and add; AVX-512 on Zen 4 is
+    # double-pumped, so 16 lanes are no faster than 8.
+    rates = {"fma": {1: 29, 4: 113, 8: 230, 16: 231}, "mad": {8: 130, 16: 182},
+             "mul_add": {8: 232, 16: 236}}
+    form, width, peak = choose_form(rounds_of(rates))
+    assert (form, width, peak) == ("fma", 8, 230)
+
+
+def test_a_form_must_win_by_the_margin():
+    just_under = {"fma": {4: 100.0}, "mul_add": {4: 100.0 * FORM_MARGIN * 0.99}}
+    assert choose_form(rounds_of(just_under))[0] == "fma"
+    over = {"fma": {4: 100.0}, "mul_add": {4: 100.0 * FORM_MARGIN * 1.01}}
+    assert choose_form(rounds_of(over))[0] == "mul_add"
+
+
+def test_forms_compared_within_rounds_not_across_them():
+    # In one round the host sped up between fma's launch and mul_add's: by medians of rates
+    # mul_add would look 2x faster in that round; the median of within-round ratios is 1.
+    rounds = [{("fma", 8): 116, ("mul_add", 8): 116}, {("fma", 8): 116, ("mul_add", 8): 116},
+              {("fma", 8): 230, ("mul_add", 8): 230}]
+    rounds[1][("mul_add", 8)] = 232
+    assert choose_form(rounds)[0] == "fma"
+
+
+def test_form_table_and_no_timings():
+    rates = {"mad": {1: 2.0}, "fma": {2: 4.0, 1: 1.0}}
+    assert form_table(rounds_of(rates, (1.0, 1.0))) == (
+        ("fma", 1, 1.0), ("fma", 2, 4.0), ("mad", 1, 2.0))
+    with pytest.raises(ValueError):
+        choose_form([])
+
+
+def test_calibration_json_round_trip_and_bad_records():
+    c = cal()
+    assert Calibration.from_json(c.to_json()) == c
+    for bad in (None, [], {"muladd": "fma"}, c.to_json() | {"muladd": "fmaa"},
+                c.to_json() | {"peak_gflops": "fast"}, c.to_json() | {"extra": 1}):
+        with pytest.raises(ValueError):
+            Calibration.from_json(bad)
+
+
+def test_calibration_sets_the_model_fields():
+    model = HwModel.load("pocl-cpu")
+    measured = dataclasses.replace(model, **cal().model_fields())
+    assert (measured.muladd, measured.muladd_vec, measured.peak_gflops,
+            measured.bandwidth_gbs, measured.l1_gbs, measured.launch_us) == (
+        "mul_add", 8, 232.0, 31.0, 370.0, 0.7)
+    assert "mul-add mul_add" in measured.describe()
+    assert "launch 0.7 us" in measured.describe()
+
+
+def test_default_model_is_unchanged():
+    model = HwModel.load("pocl-cpu")
+    assert model.muladd == "fma" and model.muladd_vec == 0 and model.l1_gbs == 0.0
+    assert "muladd" not in model.to_toml()  # defaults are not written
+
+
+def test_toml_round_trip_of_every_measured_field():
+    model = dataclasses.replace(HwModel.load("pocl-cpu"), muladd="mad", muladd_vec=4,
+                                peak_gflops=230.5, bandwidth_gbs=31, l1_gbs=370.25,
+                                l2_gbs=200, local_gbs=360, launch_us=0.7, group_us=0.007)
+    text = model.to_toml()
+    assert 'muladd = "mad"' in text and "group_us = 0.007" in text
+    assert HwModel.loads(text, "board.toml") == model
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("muladd", '"fmaa"', "must be one of 'fma', 'mad', 'mul_add'"),
+    ("muladd", "1", "expected a string"),
+    ("muladd_vec", "3", "must be 0 (unknown) or one of"),
+    ("l1_gbs", "-1.0", "must not be negative"),
+    ("launch_us", '"fast"', "expected a number"),
+])
+def test_bad_measured_field_names_file_and_key(key, value, words):
+    text = HwModel.load("pocl-cpu").to_toml().replace("[elem_bytes]",
+                                                      f"{key} = {value}\n\n[elem_bytes]")
+    with pytest.raises(HardwareModelError) as info:
+        HwModel.loads(text, "hwmodels/board.toml")
+    assert isinstance(info.value, TileError)
+    message = str(info.value)
+    assert "hwmodels/board.toml" in message and repr(key) in message and words in message

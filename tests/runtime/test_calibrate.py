@@ -1,0 +1,149 @@
+"""The calibration's disk cache (runtime/calibrate.py), how compiles use it (Config.calibrate),
+and one real, short calibration of the CPU device through `tilec devices --calibrate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from tilec import memo
+from tilec.cli.main import main
+from tilec.config import Config
+from tilec.plan.calibration import MULADD_FORMS, Calibration
+from tilec.runtime import calibrate
+from tilec.runtime.device import DeviceInfo
+
+from ..device import needs_device
+
+INFO = DeviceInfo("PoCL", "OpenCL 3.0 PoCL 3.1", "cpu", "OpenCL 3.0", "3.1", "cpu")
+
+
+def cal(**kw) -> Calibration:
+    base = dict(muladd="mul_add", muladd_vec=8, peak_gflops=232.0, dram_gbs=31.0, l2_gbs=200.0,
+                l1_gbs=370.0, local_gbs=360.0, launch_us=0.7, launch_wall_us=35.0,
+                group_us=0.007, form_gflops=(("mul_add", 8, 232.0),), seconds=1.2, label="x")
+    return Calibration(**(base | kw))
+
+
+def test_stored_by_platform_device_and_driver(tmp_path):
+    path = tmp_path / "devices" / "calibrated.json"
+    assert calibrate.stored(INFO, path) is None
+    assert calibrate.remember(INFO, cal(), path)
+    assert calibrate.stored(INFO, path) == cal()
+    other = cal(muladd="fma")
+    for changed in (dataclasses.replace(INFO, driver="3.2"),
+                    dataclasses.replace(INFO, platform_version="OpenCL 3.0 PoCL 3.0"),
+                    dataclasses.replace(INFO, name="gpu")):
+        assert calibrate.stored(changed, path) is None
+        calibrate.remember(changed, other, path)
+        assert calibrate.stored(changed, path) == other
+    assert calibrate.stored(INFO, path) == cal()  # the others did not replace it
+
+
+def test_written_through_a_temporary_file_and_os_replace(tmp_path, monkeypatch):
+    path = tmp_path / "calibrated.json"
+    moves = []
+    real = os.replace
+
+    def spy(src, dst):
+        moves.append((os.path.basename(src), dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    calibrate.remember(INFO, cal(), path)
+    assert moves and moves[0][0].startswith(".tmp-") and str(moves[0][1]) == str(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["calibrated.json"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "bad-record", "foreign"])
+def test_corrupt_file_means_not_calibrated_and_measures_again(tmp_path, damage):
+    path = tmp_path / "calibrated.json"
+    calibrate.remember(INFO, cal(), path)
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\0" * 40)
+    elif damage == "bad-record":  # a well-formed file whose entry is not a calibration
+        memo.write_json(path, "calibrated", {calibrate._key(INFO): {"calibration": {"x": 1}}})
+    else:
+        memo.write_json(path, "probed", {"a": 1})
+    assert calibrate.stored(INFO, path) is None
+
+    measured = []
+
+    class FakeRuntime:
+        info, context, device, vector_limit = INFO, None, None, 8
+
+    def fake(context, device, limit, label):
+        measured.append(limit)
+        return cal(muladd="mad")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(calibrate, "calibrate", fake)
+        assert calibrate.calibration_for(FakeRuntime, measure=False, path=path) is None
+        assert calibrate.calibration_for(FakeRuntime, measure=True, path=path).muladd == "mad"
+        assert calibrate.calibration_for(FakeRuntime, measure=True, path=path).muladd == "mad"
+    assert measured == [8]  # measured once, then read back
+    assert calibrate.stored(INFO, path).muladd == "mad"
+
+
+def test_apply_keeps_a_model_without_calibration():
+    from tilec.plan.hw import HwModel
+
+    model = HwModel.load("pocl-cpu")
+    assert calibrate.apply(model, None) is model
+    applied = calibrate.apply(model, cal())
+    assert applied.muladd == "mul_add" and applied.bandwidth_gbs == 31.0
+    assert "calibrate" in applied.source
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """One real calibration of the default device, in a cache directory of its own (so that
+    no other test's compiles see it); (stdout of `tilec devices --calibrate`, the root)."""
+    import io
+    from contextlib import redirect_stdout
+
+    from tilec.runtime.device import Runtime
+
+    root = tmp_path_factory.mktemp("calibration")
+    label = Runtime.get(None).info.label
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(memo, "default_cache_root", lambda: root)
+        with redirect_stdout(out):
+            assert main(["devices", "--calibrate", "--device", label]) == 0
+    return out.getvalue(), root
+
+
+@needs_device
+def test_devices_calibrate_on_the_cpu(calibrated, monkeypatch, capsys):
+    out, root = calibrated
+    assert "calibrated (" in out and "mul-add form" in out and "bandwidth: DRAM" in out
+    form = out.split("mul-add form ")[1].split(",")[0]
+    assert form in MULADD_FORMS
+    seconds = float(out.split("calibrated (")[1].split(" s)")[0])
+    assert seconds < 10  # ~0.3 s with PoCL's kernel cache warm, ~1.5 s cold
+    monkeypatch.setattr(memo, "default_cache_root", lambda: root)
+    assert main(["devices"]) == 0
+    listed = capsys.readouterr().out
+    assert f"mul-add {form}" in listed and "measured: full mul-add speed" in listed
+
+
+@needs_device
+def test_compiles_use_the_stored_calibration_only_when_allowed(calibrated, monkeypatch):
+    from tilec.runtime.device import Runtime, hw_model_for
+
+    _, root = calibrated
+    runtime = Runtime.get(None)
+    monkeypatch.setattr(memo, "default_cache_root", lambda: root)
+    stored = calibrate.stored(runtime.info)
+    assert stored is not None
+    model = hw_model_for(None, Config(), runtime)
+    assert model.muladd == stored.muladd and model.peak_gflops == round(stored.peak_gflops, 1)
+    plain = hw_model_for(None, Config(calibrate=False), runtime)
+    assert plain.muladd == "fma" and plain.peak_gflops == 0.0
+    assert hw_model_for("pocl-cpu", Config(), runtime).muladd == "fma"  # a named model rules

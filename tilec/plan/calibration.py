@@ -1,0 +1,164 @@
+"""What a device was measured to do fast (`tilec.runtime.calibrate` measures it): the frozen
+record the hardware model takes its measured fields from, and the rules that turn raw timings
+into choices (device-free, so that they are tested on synthetic timings).
+
+The mul-add forms are the three ways OpenCL C spells `a * b + c`:
+
+- "fma": `fma(a, b, c)`, one rounding; a builtin the driver must provide.
+- "mad": `mad(a, b, c)`, any precision the driver likes.
+- "mul_add": the plain expression, which the compiler may contract into an FMA instruction
+  (OpenCL C contracts within an expression by default; tilec also builds with -cl-mad-enable).
+
+They should all be one instruction.  They are not everywhere: the PyPI PoCL 3.0 (LLVM 14) on
+a Zen 4 links the AVX-512 build of its kernel library, whose functions LLVM 14 will not inline
+into a kernel compiled for "znver3" (a callee's target features must be a subset of the
+caller's), so every `fma()` and `mad()` becomes a call, with each live vector spilled around
+it: 25 GFLOP/s against 232 for `a * b + c`.  Debian's PoCL 3.1 (LLVM 15) inlines `fma()` but
+implements `mad()` as a separate multiply and add.  Measured numbers: `calibrate.py`'s
+docstring.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+MULADD_FORMS = ("fma", "mad", "mul_add")
+DEFAULT_MULADD = "fma"  # what the codegen wrote before calibration existed
+# Another form replaces the default only when it is this much faster: a calibration on a busy
+# host must not flip the generated code on noise.
+FORM_MARGIN = 1.2
+# A vector width "runs at full speed" when it reaches this share of the form's best rate.
+FULL_SPEED = 0.9
+
+# Timings of one calibration round: (form, vector width) -> GFLOP/s.
+Round = Mapping[tuple[str, int], float]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One device's measured facts.  Rates in GFLOP/s and GB/s, times in microseconds;
+    0 means not measured (a bandwidth the device's cache queries gave no size for)."""
+
+    muladd: str  # the fastest mul-add form (MULADD_FORMS)
+    muladd_vec: int  # the narrowest float vector width at full speed in that form
+    peak_gflops: float  # that form at its best width, best round
+    dram_gbs: float  # reading a buffer much larger than the last-level cache
+    l2_gbs: float  # reading a working set of half the L2, repeatedly
+    l1_gbs: float  # the same for half the L1
+    local_gbs: float  # reading local memory (on PoCL CPUs local memory is ordinary memory)
+    launch_us: float  # an empty kernel: device time (OpenCL event)
+    launch_wall_us: float  # an empty kernel: enqueue to completion, seen from the host
+    group_us: float  # device time per extra work-group of an empty kernel
+    # (form, width, median GFLOP/s) of every kernel measured, for reports.
+    form_gflops: tuple[tuple[str, int, float], ...] = ()
+    seconds: float = 0.0  # how long the calibration took
+    label: str = ""  # the device, as `tilec devices` names it
+
+    def __post_init__(self) -> None:
+        if self.muladd not in MULADD_FORMS:
+            raise ValueError(f"mul-add form {self.muladd!r} is not one of {MULADD_FORMS}")
+        object.__setattr__(self, "form_gflops",
+                           tuple((str(f), int(w), float(r)) for f, w, r in self.form_gflops))
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["form_gflops"] = [list(t) for t in self.form_gflops]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Calibration:
+        """The record `to_json` wrote; ValueError when it is not one (a corrupt or old file)."""
+        if not isinstance(data, dict):
+            raise ValueError("not a table")
+        names = {f.name for f in fields(cls)}
+        if set(data) != names:
+            raise ValueError(f"fields {sorted(set(data) ^ names)} differ")
+        try:
+            values = {k: v for k, v in data.items() if k != "form_gflops"}
+            floats = {f.name for f in fields(cls) if f.type == "float"}
+            for k in floats:
+                values[k] = float(values[k])
+            return cls(**values, form_gflops=tuple(tuple(t) for t in data["form_gflops"]))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+
+    def model_fields(self) -> dict[str, Any]:
+        """The `HwModel` fields this calibration sets (`dataclasses.replace(model, **...)`)."""
+        return dict(muladd=self.muladd, muladd_vec=self.muladd_vec,
+                    peak_gflops=round(self.peak_gflops, 1),
+                    bandwidth_gbs=round(self.dram_gbs, 1), l2_gbs=round(self.l2_gbs, 1),
+                    l1_gbs=round(self.l1_gbs, 1), local_gbs=round(self.local_gbs, 1),
+                    launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3))
+
+    def describe(self) -> str:
+        """Lines for `tilec devices`."""
+        by_form: dict[str, list[str]] = {}
+        for form, width, rate in self.form_gflops:
+            by_form.setdefault(form, []).append(f"{width}:{rate:.0f}")
+        rates = "; ".join(f"{f} " + " ".join(v) for f, v in by_form.items())
+        bw = ", ".join(f"{name} {v:.1f} GB/s" for name, v in
+                       (("DRAM", self.dram_gbs), ("L2", self.l2_gbs), ("L1", self.l1_gbs),
+                        ("local", self.local_gbs)) if v > 0)
+        return "\n".join([
+            f"calibrated ({self.seconds:.1f} s): mul-add form {self.muladd}, full speed from "
+            f"float{self.muladd_vec if self.muladd_vec > 1 else ''}, peak "
+            f"{self.peak_gflops:.0f} GFLOP/s",
+            f"  GFLOP/s by form and width: {rates}" if rates else "  (no rates)",
+            f"  bandwidth: {bw}" if bw else "  bandwidth: not measured",
+            f"  launch: {self.launch_us:.1f} us device, {self.launch_wall_us:.1f} us wall; "
+            f"{self.group_us:.3f} us a work-group",
+        ])
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def choose_form(rounds: Sequence[Round]) -> tuple[str, int, float]:
+    """(form, full-speed width, peak GFLOP/s) from rounds of interleaved timings.
+
+    Forms are compared by the median over rounds of their rate relative to the default form
+    within the same round, at the width where each does best: a host that slows the whole
+    machine down for a while (a shared 2-core VM halves the rate for hundreds of milliseconds)
+    slows every kernel of a round alike, so the ratio survives it.  The default ("fma") stays
+    unless another form is FORM_MARGIN faster.  The width is the narrowest whose rate reaches
+    FULL_SPEED of the chosen form's best width (ratios within rounds again); the peak is the
+    best round's rate there, since the host's noise only ever takes time away."""
+    if not rounds:
+        raise ValueError("no timings")
+    keys = sorted({k for r in rounds for k in r})
+    forms = [f for f in MULADD_FORMS if any(k[0] == f for k in keys)]
+    widths = {f: sorted(w for g, w in keys if g == f) for f in forms}
+
+    def ratio(a: tuple[str, int], b: tuple[str, int]) -> float:
+        return _median([r[a] / r[b] for r in rounds if r.get(a, 0) > 0 and r.get(b, 0) > 0])
+
+    def best_width(f: str) -> int:
+        return max(widths[f], key=lambda w: (_median([r.get((f, w), 0.0) for r in rounds]), -w))
+
+    base = DEFAULT_MULADD if DEFAULT_MULADD in forms else forms[0]
+    base_key = (base, best_width(base))
+    choice = base
+    best_ratio = 1.0
+    for f in forms:
+        if f == base:
+            continue
+        rel = ratio((f, best_width(f)), base_key)
+        if rel >= FORM_MARGIN and rel > best_ratio:
+            choice, best_ratio = f, rel
+    top = best_width(choice)
+    width = next(w for w in widths[choice]
+                 if w == top or ratio((choice, w), (choice, top)) >= FULL_SPEED)
+    peak = max(r.get((choice, width), 0.0) for r in rounds)
+    return choice, width, peak
+
+
+def form_table(rounds: Sequence[Round]) -> tuple[tuple[str, int, float], ...]:
+    """(form, width, median GFLOP/s) of every kernel, in form then width order."""
+    keys = {k for r in rounds for k in r}
+    order = sorted(keys, key=lambda k: (MULADD_FORMS.index(k[0]), k[1]))
+    return tuple((f, w, round(_median([r[(f, w)] for r in rounds if (f, w) in r]), 1))
+                 for f, w in order)

@@ -1,0 +1,244 @@
+"""Measuring what a device does fast: a second-long micro-benchmark run once per device and
+driver (`tilec devices --calibrate`, or the first compile with `Config(calibrate=True)`), kept
+next to the device probe's result (`devices/calibrated.json` in the user cache directory).
+
+What it times (OpenCL event time, rounds interleaved; kernels in `calibrate_kernels`):
+
+- `fma(a,b,c)`, `mad(a,b,c)` and `a*b+c` on float vectors of every width the probe passed,
+  eight independent accumulator chains a work-item, 4 work-groups a compute unit;
+- reads of a buffer 4x the last-level cache (DRAM), of half the L2 and half the L1 a
+  work-group (repeated), and of local memory;
+- an empty kernel (event and wall time) and the same with many work-groups.
+
+Measured on an AMD EPYC (Zen 4, 2 vCPUs), best-width GFLOP/s fma / mad / a*b+c:
+PoCL 3.1 Debian (LLVM 15): 230 / 185 / 232 (mad is a separate multiply and add);
+PyPI PoCL 3.0 (LLVM 14): 25 / 25 / 232 (fma and mad are calls: plan/calibration.py says why).
+The host of that VM halves every rate for hundreds of milliseconds at a time, which is why
+forms are compared within rounds (`choose_form`).
+
+Whether compiles use it (Config.calibrate): None, the default, uses a calibration already
+stored for the device and never measures, so a compile stays fast and its output is the same
+every time until the user calibrates again; True measures on first use; False ignores it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..plan.calibration import Calibration, Round, choose_form, form_table
+from ..plan.hw import HwModel
+from ..plan.hw_device import _host_caches
+from . import calibrate_kernels as ck
+
+FORMAT = 1  # bump when the kernels or the meaning of a field change: old entries are ignored
+ROUNDS = 3
+FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
+READ_TARGET_S = 0.003
+
+
+def calibrated_path() -> Path:
+    from ..memo import default_cache_root
+
+    return default_cache_root() / "devices" / "calibrated.json"
+
+
+def _key(info: Any) -> str:
+    from .. import memo
+
+    return memo.digest("calibrate", FORMAT, *info.key)
+
+
+def stored(info: Any, path: Path | None = None) -> Calibration | None:
+    """The calibration stored for this device and driver (`DeviceInfo`), or None: none made
+    yet, or an entry that is corrupt, foreign or from an older tilec."""
+    from .. import memo
+
+    found = memo.read_json(path or calibrated_path(), "calibrated")
+    entry = found.get(_key(info)) if isinstance(found, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return Calibration.from_json(entry.get("calibration"))
+    except ValueError:
+        return None
+
+
+def remember(info: Any, cal: Calibration, path: Path | None = None) -> bool:
+    """Store `cal` for this device (the file is rewritten through a temporary file and
+    os.replace, so a reader sees the old file or the new one); False if unwritable."""
+    from .. import memo
+
+    path = path or calibrated_path()
+    found = memo.read_json(path, "calibrated")
+    found = found if isinstance(found, dict) else {}
+    found[_key(info)] = {"label": info.label, "calibration": cal.to_json()}
+    return memo.write_json(path, "calibrated", found)
+
+
+def calibration_for(runtime: Any, measure: bool, path: Path | None = None) -> Calibration | None:
+    """The stored calibration of the runtime's device; when there is none and `measure`,
+    measure it now and store it."""
+    cal = stored(runtime.info, path)
+    if cal is None and measure:
+        cal = calibrate(runtime.context, runtime.device, runtime.vector_limit,
+                        runtime.info.label)
+        remember(runtime.info, cal, path)
+    return cal
+
+
+def apply(model: HwModel, cal: Calibration | None) -> HwModel:
+    """`model` with the measured fields of `cal` (unchanged without one)."""
+    if cal is None:
+        return model
+    return replace(model, **cal.model_fields(),
+                   source=f"{model.source}; measured by `tilec devices --calibrate`")
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = ""
+              ) -> Calibration:
+    """Measure `device` (about 1-2 s on a 2-core CPU, most of it PoCL compiling the kernels;
+    0.3 s when PoCL's kernel cache has them).  `label` names it in reports."""
+    import pyopencl as cl
+
+    start = time.perf_counter()
+    if not vector_limit:
+        raise DeviceError(f"{label or device.name} failed the device probe: nothing to "
+                          "calibrate")
+    is_cpu = bool(int(device.type) & cl.device_type.CPU)
+    cus = max(1, int(device.max_compute_units))
+    # Widths the probe saw computed correctly, and no wider: the PyPI PoCL's LLVM 14 aborts
+    # the process (not an error: "Cannot select ... fma") compiling a float16 fma on Zen 4.
+    widths = tuple(w for w in ck.WIDTHS if w <= vector_limit)
+    read_w = min(16 if is_cpu else 4, max(widths))
+    # CPUs: one work-item a group, so that PoCL neither vectorises across work-items nor
+    # loops over many; GPUs: full groups.
+    local = 1 if is_cpu else min(256, 1 << (int(device.max_work_group_size).bit_length() - 1))
+    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prg = cl.Program(context, ck.source(widths, read_w)).build()
+    m = _Meter(cl, context, queue, local)
+    rounds = _muladd_rounds(m, prg, widths, 4 * cus)
+    form, width, peak = choose_form(rounds)
+    dram, l2, l1, lmem = _bandwidths(m, prg, device, is_cpu, cus, read_w)
+    launch, wall, group = _launch_costs(m, prg, cus)
+    return Calibration(
+        muladd=form, muladd_vec=width, peak_gflops=peak, dram_gbs=dram, l2_gbs=l2, l1_gbs=l1,
+        local_gbs=lmem, launch_us=launch, launch_wall_us=wall, group_us=group,
+        form_gflops=form_table(rounds), seconds=round(time.perf_counter() - start, 2),
+        label=label)
+
+
+class _Meter:
+    """Launches with event timing."""
+
+    def __init__(self, cl: Any, context: Any, queue: Any, local: int):
+        self.cl, self.context, self.queue, self.local = cl, context, queue, local
+        self.out = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 << 20)
+
+    def run(self, kernel: Any, groups: int, *args: Any, local: int | None = None) -> float:
+        """Seconds of device time of one launch of `groups` work-groups."""
+        size = local or self.local
+        event = kernel(self.queue, (groups * size,), (size,), self.out, *args)
+        event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def buffer(self, nbytes: int) -> Any:
+        buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
+        # Zeros: fresh pages, and no denormals or NaNs to slow the additions.
+        self.cl.enqueue_fill_buffer(self.queue, buf, np.float32(0), 0, nbytes).wait()
+        return buf
+
+
+def _scaled(t: float, n: int, target: float, lo: int, hi: int, step: int = 1) -> int:
+    """An iteration count that makes a launch of `n` iterations taking `t` last `target`."""
+    want = int(n * target / max(t, 1e-7))
+    return max(lo, min(hi, want // step * step))
+
+
+def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) -> list[Round]:
+    kernels = {(f, w): getattr(prg, ck.muladd_name(f, w)) for f in ck.FORMS for w in widths}
+    a, b = np.float32(0.999), np.float32(0.001)  # c <- c*a + b stays finite forever
+    iters = {}
+    for key, k in kernels.items():
+        m.run(k, groups, a, b, np.int32(64))  # PoCL compiles a kernel on its first launch
+        t = m.run(k, groups, a, b, np.int32(2048))
+        iters[key] = _scaled(t, 2048, FLOP_TARGET_S, 256, 1 << 24)
+    rounds: list[Round] = []
+    for _ in range(ROUNDS):
+        r = {}
+        for (f, w), k in kernels.items():
+            t = m.run(k, groups, a, b, np.int32(iters[f, w]))
+            r[f, w] = 2 * ck.CHAINS * w * iters[f, w] * groups * m.local / t * 1e-9
+        rounds.append(r)
+    return rounds
+
+
+def _read_rate(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, buf: Any,
+               reps: int | None, *extra: Any) -> float:
+    """GB/s of `groups` groups each reading `chunk_bytes` `reps` times (None: as many as
+    make a READ_TARGET_S launch)."""
+    n = max(4, chunk_bytes // (4 * w * m.local) // 4 * 4)  # vectors a work-item, 4 chains
+    per = groups * m.local * n * 4 * w
+
+    def once(r: int) -> float:
+        return m.run(kernel, groups, buf, np.int32(n), np.int32(r), *extra)
+
+    once(1)  # compile and first touch
+    if reps is None:
+        reps = _scaled(once(4), 4, READ_TARGET_S, 1, 1 << 20)
+    ts = [once(reps) for _ in range(ROUNDS)]
+    return per * reps / statistics.median(ts) * 1e-9
+
+
+def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
+                ) -> tuple[float, float, float, float]:
+    llc = int(device.global_mem_cache_size or 0)
+    l1, l2 = _host_caches() if is_cpu else (16 << 10, llc)
+    if is_cpu and not l2:
+        l2 = min(llc, 1 << 20)
+    l1 = l1 or 32 << 10
+    read = prg.tilec_cal_read
+    # DRAM: 4x the last-level cache, at least 64 MiB, within what one allocation may hold.
+    dram_bytes = min(max(4 * llc, 64 << 20), int(device.max_mem_alloc_size) // 2, 512 << 20)
+    groups = 4 * cus
+    big = m.buffer(dram_bytes)
+    dram = _read_rate(m, read, groups, dram_bytes // groups, w, big, 1)
+    # Caches: each group reads its own half-L1 / half-L2 chunk over and over; on a GPU the
+    # L2 is shared, so the groups split half of it between them.
+    l2_chunk = l2 // 2 if is_cpu else max(1 << 12, l2 // 2 // groups)
+    l2_rate = _read_rate(m, read, groups, l2_chunk, w, big, None) if l2 else 0.0
+    l1_rate = _read_rate(m, read, groups, l1 // 2, w, big, None)
+    local_bytes = min(int(device.local_mem_size) // 2, 16 << 10)
+    lmem = 0.0
+    if local_bytes >= 4 * w * m.local * 4:
+        n = max(4, local_bytes // (4 * w * m.local) // 4 * 4)
+        lmem = _read_rate(m, prg.tilec_cal_local, groups, local_bytes, w, big, None,
+                          m.cl.LocalMemory(n * m.local * 4 * w))
+    return dram, l2_rate, l1_rate, lmem
+
+
+def _launch_costs(m: _Meter, prg: Any, cus: int) -> tuple[float, float, float]:
+    """(event us, wall us) of an empty one-group kernel, and device us per extra group."""
+    empty = prg.tilec_cal_empty
+    m.run(empty, 1, local=1)
+    events, walls = [], []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        events.append(m.run(empty, 1, local=1))
+        walls.append(time.perf_counter() - t0)
+    many = 256 * cus
+    m.run(empty, many, local=1)
+    big = statistics.median(m.run(empty, many, local=1) for _ in range(5))
+    one = statistics.median(events)
+    return one * 1e6, statistics.median(walls) * 1e6, max(0.0, big - one) / (many - 1) * 1e6

@@ -1,0 +1,76 @@
+"""The OpenCL C of the calibration (`calibrate`): one program, built once."""
+
+from __future__ import annotations
+
+from ..plan.calibration import MULADD_FORMS
+
+FORMS = MULADD_FORMS
+WIDTHS = (1, 2, 4, 8, 16)
+# Independent accumulator chains a work-item: a mul-add's latency (4 cycles on Zen 4) times
+# the units that issue one (2) needs 8 in flight to keep them busy.
+CHAINS = 8
+_HEX = "0123456789abcdef"
+
+
+def _vec(w: int) -> str:
+    return f"float{w}" if w > 1 else "float"
+
+
+def _lanes(var: str, w: int) -> str:
+    return " + ".join(f"{var}.s{_HEX[i]}" for i in range(w)) if w > 1 else var
+
+
+def muladd_name(form: str, w: int) -> str:
+    return f"tilec_cal_{form}{w}"
+
+
+def _step(form: str, c: str) -> str:
+    return {"fma": f"{c} = fma({c}, a, b);", "mad": f"{c} = mad({c}, a, b);",
+            "mul_add": f"{c} = {c} * a + b;"}[form]
+
+
+def muladd_kernel(form: str, w: int) -> str:
+    """`n` iterations of CHAINS independent `c = c*a + c` chains; the sum is stored so that
+    nothing is dead code."""
+    t = _vec(w)
+    init = "\n".join(f"    {t} c{i} = ({t})(x + {i}.0f);" for i in range(CHAINS))
+    body = "\n".join("        " + _step(form, f"c{i}") for i in range(CHAINS))
+    total = " + ".join(f"c{i}" for i in range(CHAINS))
+    return (f"__kernel void {muladd_name(form, w)}(__global float* out, const float a0, "
+            f"const float b0, const int n) {{\n"
+            f"    const float x = (float)get_global_id(0);\n"
+            f"    const {t} a = ({t})(a0);\n    const {t} b = ({t})(b0);\n{init}\n"
+            f"    for (int i = 0; i < n; ++i) {{\n{body}\n    }}\n"
+            f"    const {t} s = {total};\n"
+            f"    out[get_global_id(0)] = {_lanes('s', w)};\n}}\n")
+
+
+def read_kernels(w: int) -> str:
+    """Sums of `n` vectors a work-item, `reps` times: from global memory (each group its own
+    chunk, work-items interleaved so that a GPU's reads coalesce) and from local memory."""
+    t = _vec(w)
+    sums = (f"    {t} s0 = ({t})(0.0f), s1 = s0, s2 = s0, s3 = s0;\n"
+            "    for (int r = 0; r < reps; ++r) {\n"
+            "        for (int i = 0; i < n; i += 4) {\n"
+            "            s0 += p[i * L]; s1 += p[(i + 1) * L];\n"
+            "            s2 += p[(i + 2) * L]; s3 += p[(i + 3) * L];\n"
+            "        }\n    }\n"
+            f"    const {t} s = s0 + s1 + s2 + s3;\n"
+            f"    out[get_global_id(0)] = {_lanes('s', w)};\n")
+    head = "    const int L = get_local_size(0);\n    const int lid = get_local_id(0);\n"
+    return (f"__kernel void tilec_cal_read(__global float* out, __global const {t}* a, "
+            f"const int n, const int reps) {{\n{head}"
+            f"    __global const {t}* p = a + get_group_id(0) * L * n + lid;\n{sums}}}\n\n"
+            f"__kernel void tilec_cal_local(__global float* out, __global const {t}* a, "
+            f"const int n, const int reps, __local {t}* buf) {{\n{head}"
+            f"    for (int i = lid; i < n * L; i += L) buf[i] = a[get_group_id(0) * L * n + i];\n"
+            "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"    __local const {t}* p = buf + lid;\n{sums}}}\n")
+
+
+EMPTY = "__kernel void tilec_cal_empty(__global float* out) { }\n"
+
+
+def source(widths: tuple[int, ...], read_width: int) -> str:
+    parts = [muladd_kernel(f, w) for f in FORMS for w in widths]
+    return "\n".join([*parts, read_kernels(read_width), EMPTY])
