@@ -23,6 +23,11 @@ class Config:
     # split_choice`): None = where a GPU / local-staging model leaves most threads idle, False =
     # never, True = always where the aggregation allows, an int = that many threads.
     split_reduction: bool | int | None = None
+    # GPU forms of staged contractions (`plan.gpu_form`): runs of accumulator points read as one
+    # vector from local memory, and the reduction loop pipelined (next tile read into registers
+    # during this one, local tiles double-buffered).  None = on GPU models, False = never,
+    # True = wherever inputs are staged in local memory.
+    gpu_forms: bool | None = None
     # Chains of reductions over the same rows and their elementwise statements (softmax,
     # normalisations) as one kernel a row per work-group (`plan.rows`); False: one kernel each.
     row_fusion: bool = True

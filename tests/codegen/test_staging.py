@@ -54,7 +54,8 @@ def test_slots_are_distinct_and_vectors_aligned(name, flat, sched):
 @needs_device
 def test_matmul_reads_and_copies_whole_vectors():
     src, shapes = CASES["matmul_64"]
-    cfg = Config(use_tuning_records=False, tiles={"*": {"k": 16, "m": 32, "n": 32}})
+    cfg = Config(use_tuning_records=False, tiles={"*": {"k": 16, "m": 32, "n": 32}},
+                 gpu_forms=False)
     exe = tilec.compile(src, shapes, hw="nvidia-h100", config=cfg)
     assert "*((__local const float4*)(s_1 + (" in exe.source  # aligned local reads of B
     assert "*((__global const float4*)(b_B + g))" in exe.source  # vector copies of B
@@ -68,7 +69,8 @@ def test_matmul_reads_and_copies_whole_vectors():
 @needs_device
 def test_halo_tiles_copy_element_by_element():
     src, shapes = CASES["conv_same_relu"]
-    exe = tilec.compile(src, shapes, hw="nvidia-h100", config=Config(use_tuning_records=False))
+    exe = tilec.compile(src, shapes, hw="nvidia-h100",
+                        config=Config(use_tuning_records=False, gpu_forms=False))
     # The input tile reaches past the image (padding): each element is bounds-tested.
     assert "(g >= 0 && g <" in exe.source
     rng = np.random.default_rng(6)

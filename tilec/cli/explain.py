@@ -90,7 +90,11 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         out.append(f"Generated kernel: {s.wg_threads} work-items per group ({thr}); "
                    f"{len(_points(s))} accumulators per work-item; vectors: {vec}; staging: "
                    + ("local memory" if any(x is not None for x in s.staged) else
-                      "none (inputs read through the cache)"))
+                      "none (inputs read through the cache)")
+                   + (f"; {k.flat.inputs[s.run.input].name} read in vectors of 4 points along "
+                      f"{names[s.run.index]}" if s.run is not None else "")
+                   + ("; reduction loop pipelined (next tile read during this one, local "
+                      "tiles double-buffered)" if s.pipeline else ""))
         out.append("")
     if cost_log:
         write_log(logs, cost_log)

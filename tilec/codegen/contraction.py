@@ -13,6 +13,7 @@ from ..lang import ir
 from ..plan.flat import FlatContraction
 from ..plan.flatten import operand_strides
 from ..plan.fuse import ContractionKernel
+from ..plan.gpu_form import RUN
 from ..plan.schedule import Schedule, constrained
 from . import clexpr
 from .address import kernel_args
@@ -29,6 +30,7 @@ from .kernel_text import (
     prod,
     template_env,
 )
+from .pipeline import Pipeline, copy_plan, half, run_point
 from .split import Split, agg_pair
 
 __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
@@ -73,6 +75,8 @@ class _Contraction:
         # Tensors inside another tensor's buffer (the flat tables address the contraction's
         # own accesses there already; post-op operands and results are addressed here).
         self.placed = dict(kernel.storage)
+        self.pipe = Pipeline(self) if sched.pipeline else None
+        self.copies: dict[int, dict] = {}  # per staged input: how it is copied (`pipeline`)
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -113,16 +117,8 @@ class _Contraction:
         W, v = self.W, self.v
         ctype = clexpr.COMPUTE[t.dtype]
         if st is not None:
-            terms = []
-            for k in range(len(self.names)):
-                ls = st.local_strides[k]
-                if ls == 0:
-                    continue
-                var = self.rel(k, c[self.out_idx.index(k)]) if k in self.out_idx \
-                    else f"u_{self.flat.names[k]}"
-                terms.append((ls, var))
-            off = _lin(terms, st.local_base)
-            name = f"s_{i}"
+            off = self.local_offset(i, c)
+            name = self.local_name(i)
             step = st.local_strides[v] if v is not None else 0
             if W == 1 or v is None or t.strides[v] == 0:
                 val = f"{name}[{off}]"
@@ -143,6 +139,39 @@ class _Contraction:
             val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1), t.dtype)
             return val if W == 1 else f"(({ctype}{W})({val}))"
         return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W)
+
+    def local_offset(self, i: int, c: tuple[int, ...]) -> str:
+        """Where staged input i's value for accumulator point c is in its local tile."""
+        st = self.sched.staged[i]
+        terms = []
+        for k in range(len(self.names)):
+            ls = st.local_strides[k]
+            if ls == 0:
+                continue
+            var = self.rel(k, c[self.out_idx.index(k)]) if k in self.out_idx \
+                else f"u_{self.flat.names[k]}"
+            terms.append((ls, var))
+        return _lin(terms, st.local_base)
+
+    def local_name(self, i: int) -> str:
+        """Input i's local tile: the array, or the current half of a double-buffered one."""
+        return f"c_{i}" if self.pipe else f"s_{i}"
+
+    def run_load(self, i: int, c: tuple[int, ...]) -> tuple[str, str, str]:
+        """(variable, declaration, component) for a point of the run input: the run's vector,
+        read once from local memory, and the point's component of it."""
+        r = self.sched.run
+        pos = self.out_idx.index(r.index)
+        a = c[pos]
+        start = c[:pos] + (a - a % RUN,) + c[pos + 1:]
+        key = [x // RUN if k == r.index else x for k, x in zip(self.out_idx, c, strict=True)
+               if self.flat.inputs[i].strides[k] != 0]
+        var = f"xr{i}_" + "_".join(map(str, key))
+        ctype = clexpr.COMPUTE[self.flat.inputs[i].dtype]
+        off = self.local_offset(i, start)
+        decl = f"const {ctype}{RUN} {var} = " \
+            f"*((__local const {ctype}{RUN}*)({self.local_name(i)} + ({off})));"
+        return var, decl, f"{var}.s{LANES[a % RUN]}"
 
     def constraint_text(self, ci: int, env: dict[int, str]) -> str:
         c = self.flat.constraints[ci]
@@ -172,6 +201,8 @@ class _Contraction:
             for a in range(self.acc[k]):
                 rel = f"(h_{n} + {a * s.threads[k]})" if a else f"h_{n}"
                 rel = f"{rel} * {lanes}" if lanes > 1 else rel
+                if s.run is not None and k == s.run.index:
+                    rel = run_point(a, s.threads[k], f"h_{n}")
                 if s.ragged(k):
                     # Past the tile's end: redo its last point (in bounds, never stored).
                     out.append(f"const int {self.rel(k, a, raw=True)} = {rel};")
@@ -253,7 +284,10 @@ class _Contraction:
             vw = copy_width(st, t, safe, self.W, self.sched.tile)
             per = -(-elems // (T * vw))
             align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
-            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{st.elems}] "
+            if self.pipe:  # two halves (`pipeline`), copied through registers
+                self.copies[i] = copy_plan(self, st, safe, vw, per, elems // vw, zero)
+            size = 2 * half(st.elems) if self.pipe else st.elems
+            bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{size}] "
                         f"__attribute__((aligned({align})))")
             dims = " x ".join(str(m[0]) for m in st.merged)
             comment = f"stage {t.name}: {dims} (padded to {st.elems})"
@@ -324,6 +358,7 @@ class _Contraction:
         masked = self.masked_loads(mixed)
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}
+        runs: set[str] = set()  # run vectors read so far (`run_load`)
         for c in self.points:
             for i, t in enumerate(f.inputs):
                 key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
@@ -332,7 +367,15 @@ class _Contraction:
                     var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
                     loads[key] = var
                     ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
-                    value = self.input_value(i, c)
+                    run = self.sched.run
+                    if run is not None and i == run.input:
+                        rv, decl, value = self.run_load(i, c)
+                        if rv not in runs:
+                            runs.add(rv)
+                            out.append(decl)
+                        value = f"(({ty})({value}))" if self.W > 1 else value
+                    else:
+                        value = self.input_value(i, c)
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
                     if guards:
@@ -540,6 +583,12 @@ class _Contraction:
                            + (" (reduction: lanes summed at the end)" if s.dot else ""))
         comment.append("staging: " + ("local memory" if s.staged and any(s.staged) else
                                       "none (read through cache)"))
+        if s.run is not None:
+            comment.append(f"runs: {f.inputs[s.run.input].name} read {RUN} points along "
+                           f"{f.names[s.run.index]} at a time from local memory")
+        if self.pipe:
+            comment.append("pipelined: the next reduction tile read into registers during "
+                           "this one, local tiles double-buffered")
         if self.split:
             comment.append(f"split reduction: {s.split} threads along {f.names[s.split_index]}"
                            f" per output thread, combined in local memory")
@@ -556,6 +605,7 @@ class _Contraction:
             "prologue": self.prologue() + staging_pre, "accumulators": self.accumulators(),
             "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
             "body": self.body(), "combine": combine, "epilogue": epilogue,
+            "pipe": self.pipe.parts(self.copies) if self.pipe else None,
         }
         text = template_env().get_template("contraction.cl.j2").render(k=ctx)
         # Two flops per index point, plus each post-op once per output element.

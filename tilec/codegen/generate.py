@@ -80,7 +80,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             searches[k.name] = result
             sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
                                   staging=config.staging, threads=threads,
-                                  split_reduction=config.split_reduction)
+                                  split_reduction=config.split_reduction,
+                                  gpu_forms=config.gpu_forms)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd))

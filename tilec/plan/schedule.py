@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 from .flat import FlatContraction
+from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidate
 from .hw import HwModel
 
 
@@ -38,6 +39,11 @@ class Schedule:
     # memory before the stores.  None / 1: every thread reduces its whole tile alone.
     split_index: int | None = None
     split: int = 1
+    # GPU forms (`gpu_form`): input `run.input`'s points along output index `run.index` come
+    # in runs of RUN read as one vector; `pipeline`: the next reduction tile is read into
+    # registers while this one is computed, the local tiles double-buffered.
+    run: RunChoice | None = None
+    pipeline: bool = False
 
     @property
     def out_threads(self) -> int:
@@ -114,10 +120,13 @@ def _pow2_divisor(n: int, cap: int) -> int:
 def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                   vec: int | None = None, staging: str | None = None,
                   threads: int | None = None,
-                  split_reduction: bool | int | None = None) -> Schedule:
+                  split_reduction: bool | int | None = None,
+                  gpu_forms: bool | None = None) -> Schedule:
     """`split_reduction`: None decides (see `split_choice`), False never splits, True splits
     with the threads the output leaves over (4 where it leaves fewer than 2), an int asks for
-    that many threads on the reduction index (a power of two; fewer where the tile is short)."""
+    that many threads on the reduction index (a power of two; fewer where the tile is short).
+    `gpu_forms` (`gpu_form`'s runs and pipelined loop): None = on a GPU model staging in local
+    memory, False = never, True = wherever inputs are staged."""
     width = hw.vec_size if vec is None else vec
     vec_index, lanes = None, 1
     if width > 1:
@@ -128,11 +137,20 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                 vec_index, lanes = k, w
                 break
     budget = hw.threads if threads is None else threads
-    th = split_threads(flat, tile, budget, vec_index, lanes)
     use_local = (staging or hw.staging) == "local"
-    staged = tuple(stage_input(flat, tuple(tile), i, vec_index, lanes) if use_local else None
-                   for i in range(len(flat.inputs)))
-    sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged)
+    forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
+    run = run_candidate(flat, tuple(tile), vec_index, stage_input) if forms else None
+    th = split_threads(flat, tile, budget, vec_index, lanes, run)
+    if run is not None:
+        acc = -(-tile[run.index] // th[run.index])
+        if acc % RUN or acc * th[run.index] != tile[run.index]:
+            run = None  # a thread's points along the index are not whole runs
+    staged = tuple(
+        None if not use_local else
+        stage_input(flat, tuple(tile), i, run.index, RUN) if run is not None and i == run.input
+        else stage_input(flat, tuple(tile), i, vec_index, lanes)
+        for i in range(len(flat.inputs)))
+    sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, run=run)
     auto = hw.staging == "local" or hw.kind == "gpu"
     room = SPLIT_LOCAL_BYTES
     if hw.local_mem_bytes:  # what the device leaves beside the staged tiles
@@ -148,7 +166,16 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
             points *= t
         staged = tuple(None if st is not None and _elems(st) >= points else st
                        for st in staged)
-        sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, k, n)
+        sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, k, n, run)
+    elif forms:
+        trips = 1
+        for k2 in flat.reduce_indices:
+            trips *= -(-flat.ranges[k2] // tile[k2])
+        live = [st for st in staged if st is not None]
+        if pipeline_fits([_elems(st) for st in live], [st.elems for st in live],
+                         sched.wg_threads, trips, hw.local_mem_bytes):
+            sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged,
+                             run=run, pipeline=True)
     return sched
 
 
@@ -205,14 +232,16 @@ def _floor_pow2(n: int) -> int:
 
 
 def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
-                  vec_index: int | None, lanes: int) -> list[int]:
+                  vec_index: int | None, lanes: int,
+                  run: RunChoice | None = None) -> list[int]:
     """Threads per output index (powers of two dividing each index's units).
 
     Most threads first (they hide latency); then the least repeated work where threads do not
     divide a tile evenly; then the split whose register tile needs the fewest operand loads
     per FMA (a square-ish tile: for a matmul 8x8 beats 32x2); then more
     threads on the output's lowest-stride index, so neighbouring threads store neighbouring
-    elements."""
+    elements.  With `run`, that input's points along the run index are read RUN at a time
+    where a thread's points there are whole runs."""
     outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
     units = {k: tile[k] // lanes if k == vec_index else tile[k] for k in outs}
     options = [_pow2s(units[k], budget) for k in outs]
@@ -230,11 +259,13 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
             fmas *= acc[k]
             useful *= units[k]
         loads = 0
-        for t_in in flat.inputs:
+        for i, t_in in enumerate(flat.inputs):
             n = 1
             for k in outs:
                 if t_in.strides[k] != 0:
-                    n *= acc[k]
+                    whole = run is not None and run.input == i and run.index == k and \
+                        acc[k] % RUN == 0
+                    n *= acc[k] // RUN if whole else acc[k]
             loads += n
         waste = round(total * fmas / useful, 3)
         key = (-total, waste, loads / fmas, -(combo[0] if combo else 1))

@@ -193,7 +193,8 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
     """The contraction's kernel for one tile and thread budget."""
     sched = make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
                           staging=config.staging, threads=threads,
-                          split_reduction=config.split_reduction)
+                          split_reduction=config.split_reduction,
+                          gpu_forms=config.gpu_forms)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
     return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"])
 
@@ -225,7 +226,8 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
             tile = tuple(t for _, t in m.candidate.tile)
             widest = make_schedule(k.flat, tile, hw, vec=config.vector_width,
                                    staging=config.staging, threads=1 << 30,
-                                   split_reduction=config.split_reduction).wg_threads
+                                   split_reduction=config.split_reduction,
+                          gpu_forms=config.gpu_forms).wg_threads
             # Nearest the model's thread count first: a budget runs out on the far ones.
             here = m.candidate.threads or default_threads
             for t in sorted(thread_budgets(widest, kwg, items),
