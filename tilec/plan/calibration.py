@@ -9,13 +9,23 @@ The mul-add forms are the three ways OpenCL C spells `a * b + c`:
 - "mul_add": the plain expression, which the compiler may contract into an FMA instruction
   (OpenCL C contracts within an expression by default; tilec also builds with -cl-mad-enable).
 
-They should all be one instruction.  They are not everywhere: the PyPI PoCL 3.0 (LLVM 14) on
-a Zen 4 links the AVX-512 build of its kernel library, whose functions LLVM 14 will not inline
-into a kernel compiled for "znver3" (a callee's target features must be a subset of the
-caller's), so every `fma()` and `mad()` becomes a call, with each live vector spilled around
-it: 25 GFLOP/s against 232 for `a * b + c`.  Debian's PoCL 3.1 (LLVM 15) inlines `fma()` but
-implements `mad()` as a separate multiply and add.  Measured numbers: `calibrate.py`'s
-docstring.
+They should all be one instruction.  They are not everywhere.  The PyPI PoCL 3.0 (LLVM 14)
+on a Zen 4 (AMD EPYC, family 25 model 17) picks its kernel library by the host's features
+(AVX-512: kernel-x86_64-...-avx512.bc, functions tagged target-cpu "skylake-avx512") but
+compiles the kernel for "znver3", the newest AMD CPU LLVM 14 knows, which has no AVX-512.
+LLVM inlines a callee only when its target features are a subset of the caller's, so the
+library's `_Z7_cl_fmaDv8_fS_S_` (one `vfmadd213ps` behind push/mov/pop of a frame pointer)
+stays a function: the kernel's loop is eight `call`s, each with every accumulator stored to
+the stack and reloaded around it (POCL_LEAVE_KERNEL_COMPILER_TEMP_FILES=1 keeps the .so; see
+its parallel.bc with llvm-dis-14).  `mad()` goes the same way (a call to vmulps + vaddps).
+`a * b + c` never calls the
+library: clang contracts it into llvm.fmuladd, inlined as `vfmadd213ps`.  Measured: float8
+13-25 GFLOP/s with fma() against 116-232 with `a * b + c` (both halve while the VM's host
+is busy; fma() stays 5-9x behind).  The same mismatch makes LLVM 14 abort the process ("Cannot
+select ... fma") on a float16 `fma()`, which is why the calibration stays within the widths
+the device probe passed (8 there).
+Debian's PoCL 3.1 (LLVM 15, target skylake-avx512) inlines `fma()` but implements `mad()` as
+a separate `vmulps` and `vaddps`: 182 GFLOP/s against 230 at float16.
 """
 
 from __future__ import annotations
@@ -127,6 +137,9 @@ def choose_form(rounds: Sequence[Round]) -> tuple[str, int, float]:
     unless another form is FORM_MARGIN faster.  The width is the narrowest whose rate reaches
     FULL_SPEED of the chosen form's best width (ratios within rounds again); the peak is the
     best round's rate there, since the host's noise only ever takes time away."""
+    # The form the codegen writes comes from here: on the PyPI PoCL 3.0 (Zen 4) it is
+    # "mul_add", since its fma() and mad() are function calls (the module docstring says why);
+    # on Debian's PoCL 3.1 fma() and a*b+c tie and "fma" stays.
     if not rounds:
         raise ValueError("no timings")
     keys = sorted({k for r in rounds for k in r})
