@@ -147,3 +147,9 @@ def test_compiles_use_the_stored_calibration_only_when_allowed(calibrated, monke
     plain = hw_model_for(None, Config(calibrate=False), runtime)
     assert plain.muladd == "fma" and plain.peak_gflops == 0.0
     assert hw_model_for("pocl-cpu", Config(), runtime).muladd == "fma"  # a named model rules
+
+
+@needs_device
+def test_devices_with_an_unknown_device_is_an_error(capsys):
+    assert main(["devices", "--calibrate", "--device", "no such device"]) == 1
+    assert "no OpenCL device matches 'no such device'" in capsys.readouterr().err

@@ -125,10 +125,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     from ..runtime.device import PROBE_WIDTHS, Runtime, all_devices, describe, probe_result
 
     want = (args.device or "").lower()
-    for d in all_devices():
+    devices = [d for d in all_devices() if want in describe(d).label.lower()]
+    if not devices:
+        names = "; ".join(describe(d).label for d in all_devices())
+        raise TileError(f"no OpenCL device matches {args.device!r} (devices: {names})")
+    for d in devices:
         info = describe(d)
-        if want and want not in info.label.lower():
-            continue
         probed = probe_result(d)
         limit = probed.vector_limit if probed.problem is None else None
         print(f"{info.label}  [{info.kind}, {info.version}, driver {info.driver}]"

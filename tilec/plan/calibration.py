@@ -18,12 +18,11 @@ library's `_Z7_cl_fmaDv8_fS_S_` (one `vfmadd213ps` behind push/mov/pop of a fram
 stays a function: the kernel's loop is eight `call`s, each with every accumulator stored to
 the stack and reloaded around it (POCL_LEAVE_KERNEL_COMPILER_TEMP_FILES=1 keeps the .so; see
 its parallel.bc with llvm-dis-14).  `mad()` goes the same way (a call to vmulps + vaddps).
-`a * b + c` never calls the
-library: clang contracts it into llvm.fmuladd, inlined as `vfmadd213ps`.  Measured: float8
-13-25 GFLOP/s with fma() against 116-232 with `a * b + c` (both halve while the VM's host
-is busy; fma() stays 5-9x behind).  The same mismatch makes LLVM 14 abort the process ("Cannot
-select ... fma") on a float16 `fma()`, which is why the calibration stays within the widths
-the device probe passed (8 there).
+`a * b + c` never calls the library: clang contracts it into llvm.fmuladd, inlined as
+`vfmadd213ps`.  Measured: float8 13-25 GFLOP/s with fma() against 116-232 with `a * b + c`
+(both halve while the VM's host is busy; fma() stays 5-9x behind).  The same mismatch makes
+LLVM 14 abort the process ("Cannot select ... fma") on a float16 `fma()`, which is why the
+calibration stays within the widths the device probe passed (8 there).
 Debian's PoCL 3.1 (LLVM 15, target skylake-avx512) inlines `fma()` but implements `mad()` as
 a separate `vmulps` and `vaddps`: 182 GFLOP/s against 230 at float16.
 """
