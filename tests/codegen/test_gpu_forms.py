@@ -14,7 +14,7 @@ import pytest
 import tilec
 from tilec.config import Config
 from tilec.plan.fuse import plan_kernels
-from tilec.plan.gpu_form import PIPELINE_COPIES, pipeline_fits
+from tilec.plan.gpu_form import PIPELINE_COPIES, PIPELINE_MIN_TRIPS, pipeline_fits
 from tilec.plan.hw import HwModel
 from tilec.plan.schedule import make_schedule
 
@@ -24,7 +24,7 @@ from .test_kernels import run_case
 
 
 def _tiles(src: str, shapes: dict, dtype: str = "float32") -> dict:
-    """Per contraction: reduction tiles a third of the range (three trips, the last ragged
+    """Per contraction: reduction tiles a quarter of the range (four trips, the last ragged
     where the range is not a multiple), output tiles of at most 8."""
     prog = tilec.check_program(src, shapes, dtype=dtype)
     out = {}
@@ -32,7 +32,7 @@ def _tiles(src: str, shapes: dict, dtype: str = "float32") -> dict:
         flat = getattr(k, "flat", None)
         if flat is None:
             continue
-        out[k.name] = {n: (max(1, -(-r // 3)) if i in flat.reduce_indices else min(r, 8))
+        out[k.name] = {n: (max(1, -(-r // 4)) if i in flat.reduce_indices else min(r, 8))
                        for i, (n, r) in enumerate(zip(flat.names, flat.ranges, strict=True))}
     return out
 
@@ -61,8 +61,8 @@ MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k,
 @pytest.mark.parametrize("shape,tile,runs", [
     ((128, 96, 128), {"k": 16, "m": 64, "n": 64}, True),  # whole tiles: runs and pipeline
     ((130, 100, 70), {"k": 16, "m": 64, "n": 32}, True),  # partial tiles, ragged reduction
-    # 32 x 32 on 256 threads: a point a thread along m, so no runs; two short trips
-    ((64, 8, 64), {"k": 4, "m": 32, "n": 32}, False),
+    # 32 x 32 on 256 threads: a point a thread along m, so no runs; four short trips
+    ((64, 16, 64), {"k": 4, "m": 32, "n": 32}, False),
 ])
 def test_matmul_runs_and_pipeline(shape, tile, runs):
     m, k, n = shape
@@ -110,6 +110,7 @@ def test_no_pipeline_for_one_tile_or_small_local_memory():
     flat = _matmul_flat(64, 16, 64)
     gpu = HwModel.load("nvidia-h100")
     assert not make_schedule(flat, (16, 64, 64), gpu).pipeline  # one reduction tile
+    assert not make_schedule(flat, (8, 64, 64), gpu).pipeline  # two
     assert make_schedule(flat, (4, 64, 64), gpu).pipeline
     small = dataclasses.replace(gpu, local_mem_bytes=2048)
     assert not make_schedule(flat, (4, 64, 64), small).pipeline  # halves would not fit
@@ -122,11 +123,11 @@ def test_no_runs_where_points_are_not_whole_runs():
 
 
 def test_pipeline_fits_limits():
-    assert not pipeline_fits([64], [64], 64, 1, 0)  # one trip
-    assert pipeline_fits([64], [64], 64, 2, 0)
-    assert not pipeline_fits([PIPELINE_COPIES * 64 + 1], [2000], 64, 2, 0)
-    assert pipeline_fits([100], [1000], 64, 2, 8000)  # 2 x 4 x 1000 bytes
-    assert not pipeline_fits([100], [1001], 64, 2, 8000)  # rounded up to 1004: 8032
+    assert not pipeline_fits([64], [64], 64, PIPELINE_MIN_TRIPS - 1, 0)  # too few tiles
+    assert pipeline_fits([64], [64], 64, PIPELINE_MIN_TRIPS, 0)
+    assert not pipeline_fits([PIPELINE_COPIES * 64 + 1], [2000], 64, 4, 0)
+    assert pipeline_fits([100], [1000], 64, 4, 8000)  # 2 x 4 x 1000 bytes
+    assert not pipeline_fits([100], [1001], 64, 4, 8000)  # rounded up to 1004: 8032
 
 
 @needs_device

@@ -239,9 +239,12 @@ class _Contraction:
         # stem convolution fully unrolled (147 copies) took PoCL 5-9 s to generate and ran
         # half as fast as with its outer loop rolled.
         unrolled, copies = set(), 1
+        # A pipelined GPU loop (`pipeline`) may unroll 16 trips: its tile is in local memory,
+        # and the unrolled local reads are what the compiler schedules around the FMAs.
+        longest = 16 if self.pipe else 8
         for k in reversed(order):
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
-            if trips > 8 or copies * trips > UNROLL_COPIES:
+            if trips > longest or copies * trips > UNROLL_COPIES:
                 continue
             unrolled.add(k)
             copies *= trips
