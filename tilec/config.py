@@ -28,6 +28,9 @@ class Config:
     # during this one, local tiles double-buffered).  None = on GPU models, False = never,
     # True = wherever inputs are staged in local memory.
     gpu_forms: bool | None = None
+    # How the search ranks tiles: "time" = the predicted time (`plan.predict`, GPU models with a
+    # peak and a bandwidth; others fall back to PlaidML's score), "plaidml" = PlaidML's score.
+    cost_model: str = "time"
     # Chains of reductions over the same rows and their elementwise statements (softmax,
     # normalisations) as one kernel a row per work-group (`plan.rows`); False: one kernel each.
     row_fusion: bool = True

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 
 from ..lang.source import read_source
+from .options import add_model_option
 
 
 def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
-            tiles: dict[str, dict[str, int]], top: int, cost_log: str | None) -> str:
+            tiles: dict[str, dict[str, int]], top: int, cost_log: str | None,
+            model: str = "time") -> str:
     from ..config import Config
     from ..lang.api import check_program
     from ..plan.attention import AttentionKernel
@@ -19,7 +21,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.hw_device import from_device
     from ..plan.rows import RowKernel
     from ..plan.schedule import make_schedule
-    from ..plan.search import score_tile, search, write_log
+    from ..plan.search import search, tile_log, write_log
 
     program = check_program(src, shapes, dtype)
     if hw_name in (None, "", "auto"):
@@ -58,20 +60,22 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         out.append("")
         forced = tiles.get(k.op.output) or tiles.get(k.name) or tiles.get("*")
         if forced is not None:
-            cost = score_tile(k.flat, hw, forced, post_ops=k.post_op_count, dtype=dt)
+            cost, lines = tile_log(k.flat, hw, forced, k.post_op_count, dt, model)
             out.append("Scoring the given tile:")
-            out.append(cost.log_text())
-            chosen, costs = cost.tile, [cost]
+            out.append("\n".join(lines))
+            chosen = cost.tile
+            logs.append([cost])
             if not cost.ok:
                 out.append("(this tile is rejected by the model; shown anyway)")
         else:
             result = search(k.flat, hw, post_ops=k.post_op_count, dtype=dt,
-                            top_k=max(top, 1))
+                            top_k=max(top, 1), model=model)
             out.append("Search: " + result.describe())
             out.append(f"Top {min(top, len(result.top))} of the cost log:")
-            out.append("".join(c.log_text() + "\n" for c in result.costs[:top]).rstrip())
-            chosen, costs = result.tile, list(result.costs)
-        logs += costs
+            out.append("\n".join("\n".join(result.log_lines(i))
+                                 for i in range(min(top, len(result.top)))))
+            chosen = result.tile
+            logs.append(result)
         names = k.flat.names
         out.append("")
         out.append("Chosen tile: [" + ", ".join(f"{n}: {t}" for n, t in
@@ -97,7 +101,17 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
                       "tiles double-buffered)" if s.pipeline else ""))
         out.append("")
     if cost_log:
-        write_log(logs, cost_log)
+        # Each kernel's part in one file: a searched kernel's with its predictions.
+        import io
+
+        fmt = "jsonl" if str(cost_log).endswith((".jsonl", ".json")) else "text"
+        parts = []
+        for entry in logs:
+            buf = io.StringIO()
+            write_log(entry, buf, fmt)
+            parts.append(buf.getvalue())
+        with open(cost_log, "w", encoding="utf-8") as f:
+            f.write("".join(parts))
         out.append(f"cost log written to {cost_log}")
     return "\n".join(out).rstrip() + "\n"
 
@@ -152,7 +166,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     src = read_source(args.file)
     text = explain(src, shapes_from(args, src), args.dtype, args.hw, args.device,
-                   parse_tiles(args.tile), args.top, args.cost_log)
+                   parse_tiles(args.tile), args.top, args.cost_log, args.model)
     print(text, end="")
     return 0
 
@@ -166,6 +180,7 @@ def register(sub, common) -> None:
                     help="score exactly this tile instead of searching")
     sp.add_argument("--top", type=int, default=5, help="cost-log entries to show")
     sp.add_argument("--cost-log", help="write the cost log (text, or JSON lines for .jsonl)")
+    add_model_option(sp)
     sp.set_defaults(fn=cmd_explain)
 
 

@@ -92,7 +92,8 @@ def make_config(args: argparse.Namespace) -> Config:
     return Config(device=getattr(args, "device", None), hw=getattr(args, "hw", None),
                   tiles=tiles, **cache_settings(),
                   records_path=Path(records) if records else None,
-                  use_tuning_records=not getattr(args, "no_records", False))
+                  use_tuning_records=not getattr(args, "no_records", False),
+                  cost_model=getattr(args, "model", None) or "time")
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -106,6 +107,13 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     "tuning.jsonl in the cache directory)")
     sp.add_argument("--no-records", action="store_true",
                     help="ignore tuning records: use the cost model's choices")
+    add_model_option(sp)
+
+
+def add_model_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--model", choices=("time", "plaidml"), default="time",
+                    help="rank tiles by predicted time (GPU models; the default) or by "
+                    "PlaidML's score (seed 001's cost log)")
 
 
 def add_quiet_option(sp: argparse.ArgumentParser) -> None:

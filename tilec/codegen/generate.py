@@ -29,7 +29,7 @@ TuneRecord = Any
 def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):
     """The tile for one contraction: forced by the config, or the search's first choice.
     Returns (tile, cost log lines, search result or None)."""
-    from ..plan.search import score_tile, search
+    from ..plan.search import search, tile_log
 
     flat = kernel.flat
     forced = (config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
@@ -41,11 +41,12 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
                             f"{', '.join(sorted(unknown))} (indices: {', '.join(flat.names)})")
         tile = tuple(max(1, min(int(forced.get(n, r)), r))
                      for n, r in zip(flat.names, flat.ranges, strict=True))
-        cost = score_tile(flat, hw, tile, post_ops=kernel.post_op_count, dtype=dtype)
-        return tile, cost.log_text().splitlines(), None
+        _, lines = tile_log(flat, hw, tile, kernel.post_op_count, dtype, config.cost_model)
+        return tile, lines, None
     result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k,
+                    model=config.cost_model,
                     cache=search_cache_dir(config))
-    return tuple(result.tile), result.cost.log_text().splitlines(), result
+    return tuple(result.tile), result.log_lines(0), result
 
 
 def search_cache_dir(config: Config):
@@ -103,17 +104,17 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
 def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,
                    tuned: Mapping[str, TuneRecord] | None):
     """(tile, cost lines, threads) from a tuning record, or None to search as usual."""
-    from ..plan.search import score_tile
+    from ..plan.search import tile_log
 
     found = _record_tile(k, config, tuned)
     if found is None:
         return None
     rec, tile = found
-    cost = score_tile(k.flat, hw, tile, post_ops=k.post_op_count, dtype=dtype)
+    _, lines = tile_log(k.flat, hw, tile, k.post_op_count, dtype, config.cost_model)
     note = (f"tuned: measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
             + (f" (threads {rec.threads})" if rec.threads else ""))
     threads = config.threads if config.threads is not None else rec.threads
-    return tile, [note] + cost.log_text().splitlines(), threads
+    return tile, [note] + lines, threads
 
 
 def _record_tile(k: ContractionKernel, config: Config,

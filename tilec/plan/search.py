@@ -11,11 +11,13 @@ prod_out ceil(tile/threads) accumulators and the threads share at most `threads`
 or >= prod_out tile * es; on a CPU (one work-item per tile) the accumulators alone need
 prod_out tile / vec_size vector registers.  These are counted in `pruned`.
 
-Ranking (deterministic): higher score; then higher flops_per_byte (the seed's tie rule); then
-fewer L2 bytes (CPU models); then fewer work-groups (a larger output tile); then fewer inner
-loops (a larger reduction chunk); then less local memory and fewer accumulator bytes; then the
-tile itself, lexicographically smaller first.  A rejected tile ("over memory"/"over regs") is
-never returned.
+Ranking (deterministic), with the time model (`predict`; GPU models with a peak and a
+bandwidth, unless `model="plaidml"`): shorter predicted time first, then as below.  With
+PlaidML's model (CPU models, or asked for): higher score; then higher flops_per_byte (the
+seed's tie rule); then fewer L2 bytes (CPU models); then fewer work-groups (a larger output
+tile); then fewer inner loops (a larger reduction chunk); then less local memory and fewer
+accumulator bytes; then the tile itself, lexicographically smaller first.  A rejected tile
+("over memory"/"over regs") is never returned.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import TileError
 from .cost import Cost, score, score_many
 from .flat import FlatContraction
 from .layout import Layout, layout
+from .predict import can_predict, explain_line, predict_many
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -64,6 +67,19 @@ class TiledPlan:
     post_ops: int = 0
     dtype: str = "float32"
     cached: bool = False  # the outcome of an earlier process's search, read from the cache
+    # Per tile of `top` (time model only): predicted seconds and the cost-log line saying why.
+    predicted: tuple[tuple[float, str], ...] = ()
+
+    @property
+    def model(self) -> str:
+        return "time" if self.predicted else "plaidml"
+
+    def log_lines(self, row: int = 0) -> list[str]:
+        """The cost log of top tile `row`: PlaidML's statistics, then the prediction."""
+        lines = self.top[row][1].log_text().splitlines()
+        if self.predicted:
+            lines.append(self.predicted[row][1])
+        return lines
 
     @property
     def costs(self) -> tuple[Cost, ...]:
@@ -76,7 +92,8 @@ class TiledPlan:
 
     def describe(self) -> str:
         tile = ", ".join(f"{n}: {t}" for n, t in zip(self.flat.names, self.tile, strict=True))
-        return (f"tile [{tile}] score {self.cost.score:g} "
+        pred = f"predicted {self.predicted[0][0] * 1e6:.1f} us, " if self.predicted else ""
+        return (f"tile [{tile}] {pred}score {self.cost.score:g} "
                 f"(flops_per_byte {self.cost.flops_per_byte:g}); {self.strategy} search scored "
                 f"{self.candidates_scored} tiles in {self.seconds:.3f} s "
                 f"({self.rejected_memory} over memory, {self.rejected_regs} over regs, "
@@ -110,18 +127,24 @@ def pow2_candidates(r: int) -> list[int]:
 
 def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "float32",
            top_k: int = 8, log: str | os.PathLike[str] | IO[str] | None = None, *,
-           post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None) -> TiledPlan:
-    """Find the best-scoring tile.  `log` (a path or text stream) receives the top tiles' cost
-    log: text in the seed's format, or JSON lines when the path ends in .jsonl/.json.
-    `cache` (a directory) keeps the outcome for later processes: the same contraction on the
-    same hardware model, scored by the same code, is not searched twice."""
+           post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None,
+           model: str = "time") -> TiledPlan:
+    """Find the best tile: the shortest predicted time (`model="time"`, where the hardware
+    model can predict one) or PlaidML's highest score (`model="plaidml"`).  `log` (a path or
+    text stream) receives the top tiles' cost log: text in the seed's format, or JSON lines when
+    the path ends in .jsonl/.json.  `cache` (a directory) keeps the outcome for later processes:
+    the same contraction on the same hardware model, scored by the same code, is not searched
+    twice."""
+    if model not in ("time", "plaidml"):
+        raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
+    timed = model == "time" and can_predict(hw)
     start = time.perf_counter()
     top_k = max(1, top_k)
     key = path = None
     if cache is not None:
-        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit)
+        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, timed)
         path = Path(cache) / key[:2] / f"{key}.json"
-        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs)
+        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, timed)
         if plan is not None:
             if log is not None:
                 write_log(plan, log)
@@ -132,7 +155,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if _count(cands) > limit:
         cands = [pow2_candidates(r) for r in flat.ranges]
         strategy = "pow2"
-    args = (flat, hw, post_ops, dtype, post_inputs)
+    args = (flat, hw, post_ops, dtype, post_inputs, timed)
     if _count(cands) > limit:
         strategy = "beam"
         best, tally = _beam(cands, top_k, args)
@@ -151,7 +174,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
-                     post_ops=post_ops, dtype=dtype)
+                     post_ops=post_ops, dtype=dtype,
+                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, timed))
     if path is not None and key is not None:
         from .. import memo
 
@@ -163,29 +187,39 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     return plan
 
 
+def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,
+                 post_inputs: int, timed: bool) -> tuple[tuple[float, str], ...]:
+    if not timed or not top:
+        return ()
+    tiles = np.asarray([t for t, _ in top], np.int64)
+    stats = score_many(flat, tiles, hw, post_ops, dtype, post_inputs=post_inputs)
+    pred = predict_many(flat, tiles, hw, stats, dtype)
+    return tuple((float(pred["time"][i]), explain_line(pred, i)) for i in range(len(top)))
+
+
 _CODE_DIGEST: list[str] = []
 
 
 def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
-               post_inputs: int, limit: int) -> str:
+               post_inputs: int, limit: int, timed: bool) -> str:
     from dataclasses import fields
 
     from .. import memo
-    from . import cost, schedule
+    from . import cost, predict, schedule
     from . import flat as flat_mod
     from . import hw as hw_mod
     from . import layout as layout_mod
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
-                                               sys.modules[__name__]))
+                                               predict, sys.modules[__name__]))
     contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
     return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
-                       top_k, post_inputs, limit)
+                       top_k, post_inputs, limit, timed)
 
 
 def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_ops: int,
-                dtype: str, post_inputs: int) -> TiledPlan | None:
+                dtype: str, post_inputs: int, timed: bool) -> TiledPlan | None:
     from .. import memo
 
     found = memo.read_json(path, key)
@@ -207,7 +241,21 @@ def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_o
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
-                     cached=True)
+                     cached=True,
+                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, timed))
+
+
+def tile_log(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
+             post_ops: int = 0, dtype: str = "float32", model: str = "time") -> tuple[Cost,
+                                                                                   list[str]]:
+    """A given tile's cost and its cost-log lines (with the predicted time under the time
+    model, where the hardware model can predict one)."""
+    cost = score_tile(flat, hw, tile, post_ops, dtype)
+    lines = cost.log_text().splitlines()
+    if model == "time" and can_predict(hw) and cost.ok:
+        lines += [line for _, line in _predictions(flat, hw, ((cost.tile, cost),), post_ops,
+                                                    dtype, 0, True)]
+    return cost, lines
 
 
 def score_tile(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
@@ -302,7 +350,7 @@ def _beam(cands: list[list[int]], top_k: int, args: tuple) -> tuple[np.ndarray, 
             if not grown:
                 break
             new = np.asarray(grown, np.int64)
-        stats = score_many(args[0], new, args[1], args[2], args[3], post_inputs=args[4])
+        stats = _stats(new, args)
         _tally(stats, tally)
         ok = stats["status"] == 0
         if ok.any():
@@ -327,15 +375,19 @@ def _merge_best(tiles: np.ndarray, best: np.ndarray, best_stats: dict[str, np.nd
                 stats: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
     """Score `tiles` (unless `stats` are given) and keep the top_k of them and `best`."""
     if stats is None:
-        stats = score_many(args[0], tiles, args[1], args[2], args[3], post_inputs=args[4])
+        stats = _stats(tiles, args)
         _tally(stats, tally)
     ok = stats["status"] == 0
     if ok.any():
-        sc = stats["score"]
         # Only tiles that can still reach the top need the full tie-break.
         if ok.sum() > top_k:
-            cut = np.partition(sc[ok], -top_k)[-top_k]
-            ok &= sc >= cut
+            if "time" in stats:
+                cut = np.partition(stats["time"][ok], top_k - 1)[top_k - 1]
+                ok &= stats["time"] <= cut
+            else:
+                sc = stats["score"]
+                cut = np.partition(sc[ok], -top_k)[-top_k]
+                ok &= sc >= cut
         tiles = np.concatenate([best, tiles[ok]])
         merged = {key: np.concatenate([best_stats.get(key, v[:0]), v[ok]])
                   for key, v in stats.items()}
@@ -345,6 +397,15 @@ def _merge_best(tiles: np.ndarray, best: np.ndarray, best_stats: dict[str, np.nd
         return tiles, merged
     order = _ranked(tiles, merged)[:top_k]
     return tiles[order], {key: v[order] for key, v in merged.items()}
+
+
+def _stats(tiles: np.ndarray, args: tuple) -> dict[str, np.ndarray]:
+    """PlaidML's statistics of each tile and, with the time model, its predicted "time"."""
+    flat, hw, post_ops, dtype, post_inputs, timed = args
+    stats = score_many(flat, tiles, hw, post_ops, dtype, post_inputs=post_inputs)
+    if timed:
+        stats["time"] = predict_many(flat, tiles, hw, stats, dtype)["time"]
+    return stats
 
 
 def _sub(stats: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -359,6 +420,8 @@ def _ranked(tiles: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
     keys = [tiles[:, j] for j in range(tiles.shape[1] - 1, -1, -1)]
     keys += [stats["or"], stats["sm"], stats["il"], stats["wg"], l2,
              -stats["flops_per_byte"], -stats["score"]]
+    if "time" in stats:
+        keys.append(stats["time"])
     return np.lexsort(keys)
 
 
@@ -386,14 +449,29 @@ def json_lines(costs: Iterable[Cost]) -> str:
 def write_log(source: TiledPlan | Iterable[Cost], path: str | os.PathLike[str] | IO[str],
               fmt: str | None = None) -> None:
     """Write a plan's top tiles (or the given costs) as text or JSON lines.  `fmt` is "text" or
-    "jsonl"; by default a path ending in .jsonl/.json gets JSON lines, anything else text."""
-    costs = source.costs if isinstance(source, TiledPlan) else tuple(source)
+    "jsonl"; by default a path ending in .jsonl/.json gets JSON lines, anything else text.  A
+    plan ranked by the time model adds each tile's prediction: a "Predicted:" line in text,
+    "predicted_us" and "bottleneck" in JSON."""
+    plan = source if isinstance(source, TiledPlan) else None
+    costs = plan.costs if plan is not None else tuple(source)
     if fmt is None:
         name = str(path) if isinstance(path, str | os.PathLike) else getattr(path, "name", "")
         fmt = "jsonl" if str(name).endswith((".jsonl", ".json")) else "text"
     if fmt not in ("text", "jsonl"):
         raise TileError(f"unknown cost-log format {fmt!r} (expected 'text' or 'jsonl')")
-    body = json_lines(costs) if fmt == "jsonl" else log_text(costs)
+    if plan is not None and plan.predicted:
+        if fmt == "text":
+            body = "".join("\n".join(plan.log_lines(i)) + "\n" for i in range(len(costs)))
+        else:
+            rows = []
+            for c, (secs, line) in zip(costs, plan.predicted, strict=True):
+                rec = c.to_json()
+                rec["predicted_us"] = round(secs * 1e6, 3)
+                rec["bottleneck"] = line.split("limited by ", 1)[1].split(" (", 1)[0]
+                rows.append(json.dumps(rec, sort_keys=False) + "\n")
+            body = "".join(rows)
+    else:
+        body = json_lines(costs) if fmt == "jsonl" else log_text(costs)
     if isinstance(path, io.TextIOBase) or hasattr(path, "write"):
         path.write(body)  # type: ignore[union-attr]
     else:

@@ -1,0 +1,153 @@
+"""A GPU contraction kernel's time, predicted in microseconds from the device's facts, with the
+resource that limits it.  The search ranks GPU tiles by it (`search`); PlaidML's score stays in
+the cost log beside it, and `Config.cost_model = "plaidml"` ranks by the score alone.
+
+The kernel is the one `schedule` and `codegen` make for a GPU: work-groups of `threads`
+work-items, each holding a register tile of `acc` accumulators and reading its operands from
+tiles staged in local memory, one reduction tile at a time.  With CU compute units:
+
+    compute = per-CU groups x flops per group / (peak / CU x issue x latency)
+        issue   = acc / (acc + local reads + ISSUE + tile cost / steps)   FMAs among the
+                  instructions of a step (local reads: each input's values per step, in float4
+                  reads; tile cost: a reduction tile's copies and barrier, over its steps)
+        latency = min(1, warps / WARPS, warps x acc / ILP)   enough warps, and enough
+                  independent FMAs among them, to cover the pipeline's latency
+        warps   = resident groups x threads / 32; resident groups are limited by the groups a
+                  CU gets, its local memory (l1_bytes) and its registers (acc + 2 x reads + 32
+                  a work-item, 64K a CU) and threads (2 x max work-group)
+    L2      = every group's staged tiles (the local bytes of a reduction tile x tiles) and its
+              output, over L2_PER_DRAM x the DRAM bandwidth
+    DRAM    = every tensor once, over the DRAM bandwidth
+    time    = launch + |compute, L2, DRAM|_p + waves x group overhead  (a p-norm: close to the
+              largest term, imperfect overlap of the others)
+
+The coefficients (ISSUE, WARPS, ILP, L2_PER_DRAM) are the model's few free parameters; their
+values come from matmul and convolution tile sweeps on an H200 (BENCHMARKS.md), and `Coefficients`
+carries them so that measurements can refit them for another device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .flat import FlatContraction
+from .gpu_form import PIPELINE_MIN_TRIPS
+from .hw import HwModel
+from .layout import thread_split
+
+BOTTLENECKS = ("compute", "L2", "DRAM", "launch")
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    issue: float = 2.0  # instruction slots per reduction step besides FMAs and local reads
+    copy_slots: float = 4.0  # slots per element a work-item copies into local memory
+    tile_slots: float = 32.0  # slots per reduction tile for its barrier and loop
+    warps: float = 12.0  # resident warps a compute unit needs to issue every cycle
+    ilp: float = 384.0  # resident warps x accumulators for the FMA latency to be covered
+    l2_per_dram: float = 0.5  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
+    overlap: float = 4.0  # p of the p-norm that joins the terms (infinity: perfect overlap)
+    launch_us: float = 5.0  # a kernel's launch, where the device was not calibrated
+    group_us: float = 0.5  # a wave of work-groups' set-up and stores
+
+
+DEFAULT = Coefficients()
+
+
+def can_predict(hw: HwModel) -> bool:
+    """Whether the model has the facts a prediction needs (a GPU with peak and bandwidth)."""
+    return hw.kind == "gpu" and hw.peak_gflops > 0 and hw.bandwidth_gbs > 0
+
+
+def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
+                 stats: dict[str, np.ndarray], dtype: str = "float32",
+                 coeff: Coefficients = DEFAULT) -> dict[str, np.ndarray]:
+    """Predicted seconds ("time"), the limiting resource ("bottleneck", an index into
+    BOTTLENECKS) and every term, for each row of `tiles`; `stats` are `cost.score_many`'s for
+    the same rows."""
+    T = np.ascontiguousarray(tiles, dtype=np.int64)
+    n = T.shape[0]
+    es = hw.elem_size(dtype)
+    me = max(1, hw.mem_width // es)
+    outs = list(flat.out_indices)
+    cus = hw.compute_units or max(1, hw.goal_groups // 4)
+    peak = hw.peak_gflops * 1e9
+    dram_bw = hw.bandwidth_gbs * 1e9
+    # Not the calibrated L2 bandwidth: staging copies are a few float4 reads a work-item in
+    # flight, and they reached 0.4-0.5 of DRAM bandwidth in the H200's sweeps (the tiles of a
+    # 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
+    l2_bw = coeff.l2_per_dram * dram_bw
+
+    # Threads per output index, as the schedule splits them (distinct sub-tiles once).
+    thr = np.ones((n, len(outs)), np.int64)
+    if outs:
+        sub = T[:, outs]
+        uniq, inv = np.unique(sub, axis=0, return_inverse=True)
+        full = np.ones((uniq.shape[0], T.shape[1]), np.int64)
+        full[:, outs] = uniq
+        thr = thread_split(flat, full, hw.threads, me)[:, outs][inv.reshape(-1)]
+    A = -(-T[:, outs] // thr) if outs else np.ones((n, 0), np.int64)
+    acc = np.prod(A, axis=1).astype(np.float64) if outs else np.ones(n)
+    threads = np.maximum(stats["tu"], 1).astype(np.float64)
+    reads = np.zeros(n)
+    for t in flat.inputs:
+        vals = np.ones(n)
+        for j, k in enumerate(outs):
+            if t.strides[k] != 0:
+                vals = vals * A[:, j]
+        reads += np.ceil(vals / 4.0)  # float4 reads: vectors along n, runs along m
+    # A reduction tile's copies and barrier, spread over its steps (a work-item's reduction
+    # points per tile).
+    red = np.prod(T[:, list(flat.reduce_indices)], axis=1).astype(np.float64) \
+        if flat.reduce_indices else np.ones(n)
+    copies = stats["sm"] / es / threads
+    per_step = (coeff.copy_slots * copies + coeff.tile_slots) / red
+    issue = acc / (acc + reads + coeff.issue + per_step)
+
+    wg = stats["wg"].astype(np.float64)
+    il = stats["il"].astype(np.float64)
+    per_cu = np.ceil(wg / cus)
+    local_cu = hw.l1_bytes or 2 * (hw.local_mem_bytes or 49152)
+    regs = acc + 2 * reads + 32
+    # The pipelined loop (`gpu_form`) doubles the local tiles where they fit and it applies.
+    trips = np.prod(-(-np.asarray(flat.ranges)[list(flat.reduce_indices)]
+                      // T[:, list(flat.reduce_indices)]), axis=1) if flat.reduce_indices \
+        else np.ones(n)
+    sm = np.where((trips >= PIPELINE_MIN_TRIPS)
+                  & (2 * stats["sm"] <= (hw.local_mem_bytes or 49152)), 2 * stats["sm"],
+                  stats["sm"])
+    limit = np.minimum(np.floor(local_cu / np.maximum(sm, 1)),
+                       np.floor(65536 / (threads * regs)))
+    limit = np.minimum(limit, np.floor(2 * (hw.max_work_group_size or 1024) / threads))
+    resident = np.maximum(1, np.minimum(per_cu, limit))
+    warps = resident * np.ceil(threads / 32)
+    latency = np.minimum(1.0, np.minimum(warps / coeff.warps, warps * acc / coeff.ilp))
+    points = wg * il * np.prod(T, axis=1)  # tiles past the ranges compute too
+    compute = per_cu * (2 * points / wg) / (peak / cus * issue * latency)
+
+    l2 = wg * (il * stats["sm"] + stats["mw"]) / l2_bw
+    unique = sum(t.size for t in flat.inputs) + flat.output.size
+    dram = np.full(n, unique * es / dram_bw)
+    launch = (hw.launch_us or coeff.launch_us) * 1e-6
+    waves = np.ceil(per_cu / resident)
+    fixed = launch + waves * coeff.group_us * 1e-6
+    terms = np.stack([compute, l2, dram, np.zeros(n)], axis=1)
+    # The terms overlap, but not perfectly: a p-norm is near the largest and still grows with
+    # the others (tiles limited by the same resource are not all predicted alike).
+    body = (terms[:, :3] ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
+    bottleneck = np.where(fixed > body, 3, terms.argmax(axis=1))
+    return {"time": body + fixed, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
+            "dram_s": dram, "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
+            "latency": latency, "resident": resident, "acc": acc}
+
+
+def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
+    """One cost-log line: the predicted time, its limit and the terms behind it."""
+    b = BOTTLENECKS[int(pred["bottleneck"][row])]
+    return (f"  Predicted: {pred['time'][row] * 1e6:.1f} us, limited by {b} "
+            f"(compute {pred['compute_s'][row] * 1e6:.1f} us at issue "
+            f"{pred['issue'][row]:.2f} x latency {pred['latency'][row]:.2f}, "
+            f"L2 {pred['l2_s'][row] * 1e6:.1f} us, DRAM {pred['dram_s'][row] * 1e6:.1f} us, "
+            f"fixed {pred['fixed_s'][row] * 1e6:.1f} us; {int(pred['resident'][row])} groups "
+            f"resident a compute unit, {int(pred['acc'][row])} accumulators a work-item)")
