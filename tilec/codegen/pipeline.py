@@ -134,7 +134,7 @@ def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int) -> 
             return value
         return f"(({g}) >= 0 && ({g}) < {t.size}) ? {value} : {clexpr.literal(0, t.dtype)}"
 
-    ls0 = st.merged[0][2]
+    ls0 = st.merged[0][2] if st.merged else 1  # no merged index: a single element, copied alone
     aligned = ls0 == 1 and all(m[2] % vw == 0 for m in st.merged[1:]) and \
         st.local_base % vw == 0
 

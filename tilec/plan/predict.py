@@ -21,6 +21,9 @@ tiles staged in local memory, one reduction tile at a time.  With CU compute uni
     time    = launch + |compute, L2, DRAM|_p + waves x group overhead  (a p-norm: close to the
               largest term, imperfect overlap of the others)
 
+A register tile with more accumulators than a work-item can hold (vector accumulators along a
+reduction index count their lanes) spills; it is predicted infinitely slow.
+
 The coefficients (ISSUE, WARPS, ILP, L2_PER_DRAM) are the model's few free parameters; their
 values come from matmul and convolution tile sweeps on an H200 (BENCHMARKS.md), and `Coefficients`
 carries them so that measurements can refit them for another device."""
@@ -35,19 +38,20 @@ from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS
 from .hw import HwModel
 from .layout import thread_split
+from .schedule import vector_candidates
 
-BOTTLENECKS = ("compute", "L2", "DRAM", "launch")
+BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers")
 
 
 @dataclass(frozen=True)
 class Coefficients:
-    issue: float = 2.0  # instruction slots per reduction step besides FMAs and local reads
+    issue: float = 8.0  # instruction slots per reduction step besides FMAs and local reads
     copy_slots: float = 4.0  # slots per element a work-item copies into local memory
     tile_slots: float = 32.0  # slots per reduction tile for its barrier and loop
     warps: float = 12.0  # resident warps a compute unit needs to issue every cycle
-    ilp: float = 384.0  # resident warps x accumulators for the FMA latency to be covered
-    l2_per_dram: float = 0.5  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
-    overlap: float = 4.0  # p of the p-norm that joins the terms (infinity: perfect overlap)
+    ilp: float = 256.0  # resident warps x accumulators for the FMA latency to be covered
+    l2_per_dram: float = 0.7  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
+    overlap: float = 2.0  # p of the p-norm that joins the terms (infinity: perfect overlap)
     launch_us: float = 5.0  # a kernel's launch, where the device was not calibrated
     group_us: float = 0.5  # a wave of work-groups' set-up and stores
 
@@ -75,8 +79,8 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     peak = hw.peak_gflops * 1e9
     dram_bw = hw.bandwidth_gbs * 1e9
     # Not the calibrated L2 bandwidth: staging copies are a few float4 reads a work-item in
-    # flight, and they reached 0.4-0.5 of DRAM bandwidth in the H200's sweeps (the tiles of a
-    # 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
+    # flight, and they reached about 0.7 of the measured DRAM bandwidth in the H200's sweeps
+    # (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
     l2_bw = coeff.l2_per_dram * dram_bw
 
     # Threads per output index, as the schedule splits them (distinct sub-tiles once).
@@ -89,6 +93,21 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
         thr = thread_split(flat, full, hw.threads, me)[:, outs][inv.reshape(-1)]
     A = -(-T[:, outs] // thr) if outs else np.ones((n, 0), np.int64)
     acc = np.prod(A, axis=1).astype(np.float64) if outs else np.ones(n)
+    # Vector lanes along a reduction index make every accumulator a vector (summed at the end).
+    cands = vector_candidates(flat)
+    lanes = np.ones(n)
+    if cands and cands[0] in flat.reduce_indices and hw.vec_size > 1:
+        k = cands[0]
+        w = np.ones(n, np.int64)
+        for cand in (2, 4, 8, 16):
+            if cand > hw.vec_size or flat.ranges[k] % cand:
+                break
+            w = np.where(T[:, k] % cand == 0, cand, w)
+        lanes = w.astype(np.float64)
+    # A work-item holds twice the accumulators PlaidML's budget plans (max_regs / threads):
+    # 128 floats of them ran at 30 TFLOP/s on the H200, 256 spilled and ran 3.3x slower.
+    cap = 2 * hw.max_regs / (hw.threads * es)
+    spills = acc * lanes > cap
     threads = np.maximum(stats["tu"], 1).astype(np.float64)
     reads = np.zeros(n)
     for t in flat.inputs:
@@ -136,15 +155,20 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # The terms overlap, but not perfectly: a p-norm is near the largest and still grows with
     # the others (tiles limited by the same resource are not all predicted alike).
     body = (terms[:, :3] ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
-    bottleneck = np.where(fixed > body, 3, terms.argmax(axis=1))
-    return {"time": body + fixed, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
+    bottleneck = np.where(spills, 4, np.where(fixed > body, 3, terms.argmax(axis=1)))
+    time = np.where(spills, np.inf, body + fixed)
+    return {"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
             "dram_s": dram, "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
-            "latency": latency, "resident": resident, "acc": acc}
+            "latency": latency, "resident": resident, "acc": acc,
+            "acc_regs": acc * lanes, "reg_cap": np.full(n, cap)}
 
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
     """One cost-log line: the predicted time, its limit and the terms behind it."""
     b = BOTTLENECKS[int(pred["bottleneck"][row])]
+    if b == "registers":
+        return (f"  Predicted: spills, limited by registers ({int(pred['acc_regs'][row])} "
+                f"accumulator registers a work-item; {int(pred['reg_cap'][row])} fit)")
     return (f"  Predicted: {pred['time'][row] * 1e6:.1f} us, limited by {b} "
             f"(compute {pred['compute_s'][row] * 1e6:.1f} us at issue "
             f"{pred['issue'][row]:.2f} x latency {pred['latency'][row]:.2f}, "
