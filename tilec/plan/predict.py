@@ -30,15 +30,16 @@ carries them so that measurements can refit them for another device."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from .flat import FlatContraction
-from .gpu_form import PIPELINE_MIN_TRIPS
+from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
 from .layout import thread_split
-from .schedule import vector_candidates
+from .schedule import split_threads, vector_candidates
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers")
 
@@ -66,15 +67,15 @@ def can_predict(hw: HwModel) -> bool:
 
 def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
                  stats: dict[str, np.ndarray], dtype: str = "float32",
-                 coeff: Coefficients = DEFAULT) -> dict[str, np.ndarray]:
+                 coeff: Coefficients = DEFAULT, exact: bool = True) -> dict[str, np.ndarray]:
     """Predicted seconds ("time"), the limiting resource ("bottleneck", an index into
     BOTTLENECKS) and every term, for each row of `tiles`; `stats` are `cost.score_many`'s for
-    the same rows."""
+    the same rows.  `exact=False` splits threads the vectorised way PlaidML's layout does
+    instead of as the schedule will (a search's first pass over up to millions of tiles; the
+    schedule's split takes half a millisecond a tile)."""
     T = np.ascontiguousarray(tiles, dtype=np.int64)
     n = T.shape[0]
     es = hw.elem_size(dtype)
-    me = max(1, hw.mem_width // es)
-    outs = list(flat.out_indices)
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
     peak = hw.peak_gflops * 1e9
     dram_bw = hw.bandwidth_gbs * 1e9
@@ -83,52 +84,25 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
     l2_bw = coeff.l2_per_dram * dram_bw
 
-    # Threads per output index, as the schedule splits them (distinct sub-tiles once).
-    thr = np.ones((n, len(outs)), np.int64)
-    if outs:
-        sub = T[:, outs]
-        uniq, inv = np.unique(sub, axis=0, return_inverse=True)
-        full = np.ones((uniq.shape[0], T.shape[1]), np.int64)
-        full[:, outs] = uniq
-        thr = thread_split(flat, full, hw.threads, me)[:, outs][inv.reshape(-1)]
-    A = -(-T[:, outs] // thr) if outs else np.ones((n, 0), np.int64)
-    acc = np.prod(A, axis=1).astype(np.float64) if outs else np.ones(n)
-    # Vector lanes along a reduction index make every accumulator a vector (summed at the end).
-    cands = vector_candidates(flat)
-    lanes = np.ones(n)
-    if cands and cands[0] in flat.reduce_indices and hw.vec_size > 1:
-        k = cands[0]
-        w = np.ones(n, np.int64)
-        for cand in (2, 4, 8, 16):
-            if cand > hw.vec_size or flat.ranges[k] % cand:
-                break
-            w = np.where(T[:, k] % cand == 0, cand, w)
-        lanes = w.astype(np.float64)
+    acc, fmas, reads, threads = (_register_tiles if exact else _register_tiles_fast)(flat, T,
+                                                                                   hw)
     # A work-item holds twice the accumulators PlaidML's budget plans (max_regs / threads):
     # 128 floats of them ran at 30 TFLOP/s on the H200, 256 spilled and ran 3.3x slower.
     cap = 2 * hw.max_regs / (hw.threads * es)
-    spills = acc * lanes > cap
-    threads = np.maximum(stats["tu"], 1).astype(np.float64)
-    reads = np.zeros(n)
-    for t in flat.inputs:
-        vals = np.ones(n)
-        for j, k in enumerate(outs):
-            if t.strides[k] != 0:
-                vals = vals * A[:, j]
-        reads += np.ceil(vals / 4.0)  # float4 reads: vectors along n, runs along m
+    spills = fmas > cap
     # A reduction tile's copies and barrier, spread over its steps (a work-item's reduction
     # points per tile).
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1).astype(np.float64) \
         if flat.reduce_indices else np.ones(n)
     copies = stats["sm"] / es / threads
     per_step = (coeff.copy_slots * copies + coeff.tile_slots) / red
-    issue = acc / (acc + reads + coeff.issue + per_step)
+    issue = fmas / (fmas + reads + coeff.issue + per_step)
 
     wg = stats["wg"].astype(np.float64)
     il = stats["il"].astype(np.float64)
     per_cu = np.ceil(wg / cus)
     local_cu = hw.l1_bytes or 2 * (hw.local_mem_bytes or 49152)
-    regs = acc + 2 * reads + 32
+    regs = fmas + 2 * reads + 32
     # The pipelined loop (`gpu_form`) doubles the local tiles where they fit and it applies.
     trips = np.prod(-(-np.asarray(flat.ranges)[list(flat.reduce_indices)]
                       // T[:, list(flat.reduce_indices)]), axis=1) if flat.reduce_indices \
@@ -141,7 +115,7 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     limit = np.minimum(limit, np.floor(2 * (hw.max_work_group_size or 1024) / threads))
     resident = np.maximum(1, np.minimum(per_cu, limit))
     warps = resident * np.ceil(threads / 32)
-    latency = np.minimum(1.0, np.minimum(warps / coeff.warps, warps * acc / coeff.ilp))
+    latency = np.minimum(1.0, np.minimum(warps / coeff.warps, warps * fmas / coeff.ilp))
     points = wg * il * np.prod(T, axis=1)  # tiles past the ranges compute too
     compute = per_cu * (2 * points / wg) / (peak / cus * issue * latency)
 
@@ -160,7 +134,96 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     return {"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
             "dram_s": dram, "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
             "latency": latency, "resident": resident, "acc": acc,
-            "acc_regs": acc * lanes, "reg_cap": np.full(n, cap)}
+            "acc_regs": fmas, "reg_cap": np.full(n, cap)}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _threads(flat: FlatContraction, tile: tuple[int, ...], budget: int, vi: int | None,
+             w: int) -> tuple[int, ...]:
+    return tuple(split_threads(flat, tile, budget, vi, w))
+
+
+def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
+    """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
+    cands = vector_candidates(flat) if hw.vec_size > 1 else []
+    kv = cands[0] if cands else None
+    lanes = np.ones(T.shape[0], np.int64)
+    if kv is not None:
+        for w in (2, 4, 8, 16):
+            if w > hw.vec_size or flat.ranges[kv] % w:
+                break
+            lanes = np.where(T[:, kv] % w == 0, w, lanes)
+    return kv, lanes
+
+
+def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
+    """`_register_tiles` with PlaidML's vectorised thread split (`layout.thread_split`)."""
+    n = T.shape[0]
+    outs = list(flat.out_indices)
+    kv, lanes = _lanes(flat, T, hw)
+    dot = kv is not None and kv not in outs
+    me = max(1, hw.mem_width // 4)
+    if not outs:
+        return np.ones(n), lanes.astype(np.float64), np.full(n, len(flat.inputs) * 1.0), \
+            np.full(n, float(hw.threads))
+    uniq, inv = np.unique(T[:, outs], axis=0, return_inverse=True)
+    full = np.ones((uniq.shape[0], T.shape[1]), np.int64)
+    full[:, outs] = uniq
+    thr = thread_split(flat, full, hw.threads, me)[:, outs][inv.reshape(-1)]
+    A = -(-T[:, outs] // thr)
+    acc = np.prod(A, axis=1).astype(np.float64)
+    fmas = acc * (lanes if dot else 1)
+    reads = np.zeros(n)
+    for t in flat.inputs:
+        vals = np.ones(n)
+        for j, k in enumerate(outs):
+            if t.strides[k] != 0:
+                vals = vals * A[:, j]
+        reads += np.ceil(vals if dot else vals / RUN)
+    out_threads = np.prod(thr, axis=1).astype(np.float64)
+    threads = np.where(2 * out_threads >= hw.threads, out_threads, float(hw.threads))
+    return acc, fmas, reads, threads
+
+
+def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
+    """Per row, as `schedule.make_schedule` builds the kernel: accumulator points a work-item
+    holds, its multiply-adds a reduction step (points x vector lanes: the accumulator
+    registers), its local reads a step, and the work-items of a group."""
+    outs = list(flat.out_indices)
+    kv, lanes = _lanes(flat, T, hw)
+    cols = outs  # with the lanes, all that decides the threads and register tile
+    key = np.concatenate([T[:, cols], lanes[:, None]], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    per = np.zeros((uniq.shape[0], 4))
+    dot = kv is not None and kv not in outs
+    for u, row in enumerate(uniq):
+        tile = [1] * len(flat.ranges)
+        for c, v in zip(cols, row[:-1], strict=True):
+            tile[c] = int(v)
+        w = int(row[-1])
+        vi = kv if w > 1 else None
+        th = _threads(flat, tuple(tile), hw.threads, vi, w)
+        pts = {k: -(-(tile[k] // w if k == vi else tile[k]) // th[k]) * (w if k == vi else 1)
+               for k in outs}  # scalar points along each output index
+        acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
+        fmas = acc * (w if dot else 1)
+        reads = 0.0
+        for t in flat.inputs:
+            vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
+            if vi is not None and not dot and t.strides[vi] == 1:
+                vals /= w  # vectors along the output's vector index
+            elif not dot and any(t.strides[k] != 0 and k != vi and pts[k] % RUN == 0
+                                 for k in outs):
+                vals /= RUN  # runs (`gpu_form`)
+            reads += np.ceil(vals)
+        out_threads = float(np.prod([th[k] for k in outs])) if outs else 1.0
+        # Threads the output leaves idle go to the reduction (`schedule.split_choice`).
+        threads = out_threads if 2 * out_threads >= hw.threads or not flat.reduce_indices \
+            else float(hw.threads)
+        per[u] = (acc, fmas, reads, threads)
+    got = per[inv]
+    return got[:, 0], got[:, 1], got[:, 2], got[:, 3]
 
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:

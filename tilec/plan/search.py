@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .hw import HwModel
 
 LIMIT = 2_000_000
+POOL = 64
 CHUNK = 1 << 18
 BEAM = 64
 
@@ -156,11 +157,16 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
         cands = [pow2_candidates(r) for r in flat.ranges]
         strategy = "pow2"
     args = (flat, hw, post_ops, dtype, post_inputs, timed)
+    # The time model's first pass is approximate (`predict_many(exact=False)`): a wider pool
+    # of its best tiles is predicted exactly and ranked again.
+    pool = max(top_k, POOL) if timed else top_k
     if _count(cands) > limit:
         strategy = "beam"
-        best, tally = _beam(cands, top_k, args)
+        best, tally = _beam(cands, pool, args)
     else:
-        best, tally = _exhaustive(cands, top_k, es, args)
+        best, tally = _exhaustive(cands, pool, es, args)
+    if timed and best.shape[0]:
+        best = _exact_order(best, args)[:top_k]
     if best.shape[0] == 0:
         ones = tuple(1 for _ in flat.ranges)
         fallback = score(flat, ones, hw, post_ops, dtype, post_inputs=post_inputs)
@@ -399,13 +405,21 @@ def _merge_best(tiles: np.ndarray, best: np.ndarray, best_stats: dict[str, np.nd
     return tiles[order], {key: v[order] for key, v in merged.items()}
 
 
-def _stats(tiles: np.ndarray, args: tuple) -> dict[str, np.ndarray]:
+def _stats(tiles: np.ndarray, args: tuple, exact: bool = False) -> dict[str, np.ndarray]:
     """PlaidML's statistics of each tile and, with the time model, its predicted "time"."""
     flat, hw, post_ops, dtype, post_inputs, timed = args
     stats = score_many(flat, tiles, hw, post_ops, dtype, post_inputs=post_inputs)
     if timed:
-        stats["time"] = predict_many(flat, tiles, hw, stats, dtype)["time"]
+        stats["time"] = predict_many(flat, tiles, hw, stats, dtype, exact=exact)["time"]
     return stats
+
+
+def _exact_order(tiles: np.ndarray, args: tuple) -> np.ndarray:
+    """`tiles` ranked again with exact predictions (rejected ones dropped)."""
+    stats = _stats(tiles, args, exact=True)
+    ok = stats["status"] == 0
+    tiles, stats = tiles[ok], _sub(stats, ok)
+    return tiles[_ranked(tiles, stats)]
 
 
 def _sub(stats: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
