@@ -64,6 +64,7 @@ class Candidate:
     rank: int  # position in the model's top-k (0: its first choice); lws variants keep theirs
     score: float | None  # the model's predicted score
     source: KernelSource
+    predicted: float | None = None  # the time model's seconds (`plan.predict`), where it has one
 
     def label(self) -> str:
         tile = " ".join(f"{n}={t}" for n, t in self.tile)
@@ -203,8 +204,11 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
                       config: Config, search, lws: bool, lws_tiles: int,
                       device: DeviceKey) -> KernelTuning:
     names = k.flat.names
+    predicted = {}
     if search is not None:
         top = [(tile, cost.score) for tile, cost in search.top]
+        predicted = {tile: secs for (tile, _), (secs, _) in zip(search.top, search.predicted,
+                                                                   strict=False)}
     else:  # a tile forced by the config: only its local sizes are left to tune
         current = run.bench.source(k.name)
         top = [(tuple(current.tile[n] for n in names), None)]
@@ -212,8 +216,10 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
 
     def cand(rank: int, tile: tuple[int, ...], score, threads: int, phase: str) -> Candidate:
         src = variant(k, plan, hw, config, tile, threads)
+        # The prediction is for the model's thread count; other budgets have none.
+        pred = predicted.get(tuple(tile)) if threads == default_threads else None
         return Candidate(k.name, "contraction", phase, tuple(zip(names, tile, strict=True)),
-                         src.local_size, src.local_size, rank, score, src)
+                         src.local_size, src.local_size, rank, score, src, pred)
 
     results = run.measure([cand(r, t, s, default_threads, "tile") for r, (t, s) in
                            enumerate(top)], first=True)
@@ -537,8 +543,8 @@ def describe(report: TuneReport) -> str:
     for t in report.kernels:
         lines.append("")
         lines.append(f"{t.kernel} ({t.kind}, {len(t.results)} candidates)")
-        lines.append(f"  {'rank':>4}  {'tile':<34} {'local':>6} {'score':>8} {'time ms':>10} "
-                     f"{'spread':>6} {'GFLOP/s':>9}  status")
+        lines.append(f"  {'rank':>4}  {'tile':<34} {'local':>6} {'score':>8} {'pred ms':>9} "
+                     f"{'time ms':>10} {'spread':>6} {'GFLOP/s':>9}  status")
         for m in t.results:
             c = m.candidate
             tile = " ".join(f"{n}={v}" for n, v in c.tile) or "-"
@@ -548,8 +554,9 @@ def describe(report: TuneReport) -> str:
             rate = "" if m.gflops is None else f"{m.gflops:.2f}"
             spread = "" if m.seconds is None else f"{m.spread * 100:.1f}%"
             status = m.status + (f": {m.note}" if m.note and m.status != "ok" else "")
+            pred = "" if c.predicted is None else f"{c.predicted * 1e3:.4f}"
             lines.append(f"{mark} {c.rank + 1:>4}  {tile:<34} {c.local_size or 'auto':>6} "
-                         f"{score:>8} {secs:>10} {spread:>6} {rate:>9}  {status}")
+                         f"{score:>8} {pred:>9} {secs:>10} {spread:>6} {rate:>9}  {status}")
         if t.kind == "contraction":
             rho = "n/a" if t.rho is None else f"{t.rho:+.3f}"
             regret = "n/a" if t.regret is None else f"{t.regret:.3f}"
