@@ -86,7 +86,9 @@ def test_beam_search_when_too_many_candidates() -> None:
 def test_cpu_matmul_picks_a_vector_register_tile() -> None:
     for m, n, k in [(512, 512, 512), (256, 1024, 128), (1024, 1024, 1024)]:
         flat = matmul_flat(m, n, k)
-        plan = search(flat, CPU)
+        # The CPU score's ranking: the time model does not insist on an L1-sized chunk
+        # (measured on PoCL, a 512 chunk ran as fast as one that fits L1).
+        plan = search(flat, CPU, model="plaidml")
         tk, tm, tn = plan.tile
         assert tn % CPU.vec_size == 0  # the unit-stride output index fills whole vectors
         assert 4 <= tm <= 8 and 16 <= tn <= 32

@@ -1,0 +1,116 @@
+"""The CPU time model (`predict_cpu`) on synthetic hardware models: no device needed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tilec.plan.cost import score_many
+from tilec.plan.hw import HwModel
+from tilec.plan.predict import BOTTLENECKS, can_predict, explain_line, predict_many
+from tilec.plan.predict_cpu import predict_many_cpu
+from tilec.plan.search import search
+
+from ..flats import matmul_flat, seed_flat
+
+CPU = HwModel.load("pocl-cpu")
+CALIBRATED = replace(CPU, name="calibrated-cpu", peak_gflops=234.0, bandwidth_gbs=32.0,
+                     l1_gbs=390.0, l2_gbs=220.0, launch_us=0.8, group_us=0.008, muladd_vec=8,
+                     vec_size=16, registers=32, max_regs=2048)
+
+
+def _predict(flat, tiles, hw):
+    tiles = np.asarray(tiles, np.int64)
+    return predict_many(flat, tiles, hw, score_many(flat, tiles, hw))
+
+
+def test_cpu_models_with_peak_and_bandwidth_predict():
+    assert can_predict(CPU) and can_predict(CALIBRATED)
+    assert not can_predict(replace(CPU, peak_gflops=0.0))
+    assert not can_predict(replace(CPU, bandwidth_gbs=0.0))
+    assert not can_predict(HwModel.load("seed-example"))
+
+
+def test_same_keys_as_the_gpu_model():
+    flat = matmul_flat(256, 256, 256)
+    cpu = _predict(flat, [(64, 4, 32)], CPU)
+    gpu = _predict(flat, [(64, 4, 32)], HwModel.load("nvidia-h100"))
+    assert set(gpu) <= set(cpu)
+    assert all(len(v) == 1 for v in cpu.values())
+
+
+@pytest.mark.parametrize("hw", [CPU, CALIBRATED])
+def test_infeasible_tiles_are_inf_and_feasible_ones_finite(hw):
+    flat = matmul_flat(512, 512, 512)
+    tiles = np.asarray([(k, m, n) for k in (1, 16, 512) for m in (1, 4, 8, 64)
+                        for n in (8, 16, 32, 512)], np.int64)
+    stats = score_many(flat, tiles, hw)
+    pred = predict_many_cpu(flat, tiles, hw, stats)
+    ok = stats["status"] == 0
+    assert ok.any() and (~ok).any()
+    assert np.isinf(pred["time"][~ok]).all()
+    assert (BOTTLENECKS.index("registers") == pred["bottleneck"][~ok]).all()
+    assert np.isfinite(pred["time"][ok]).all() and (pred["time"][ok] > 0).all()
+
+
+def test_monotonic_in_the_device_facts():
+    flat = matmul_flat(512, 512, 512)
+    tiles = [(64, 4, 32), (8, 2, 16), (512, 8, 16), (1, 1, 8)]
+    base = _predict(flat, tiles, CALIBRATED)["time"]
+    for field, better in [("peak_gflops", 2.0), ("bandwidth_gbs", 2.0), ("l1_gbs", 2.0),
+                          ("l2_gbs", 2.0), ("compute_units", 2.0)]:
+        faster = replace(CALIBRATED, **{field: type(getattr(CALIBRATED, field))(
+            getattr(CALIBRATED, field) * better)})
+        assert (_predict(flat, tiles, faster)["time"] <= base).all(), field
+    slower = replace(CALIBRATED, launch_us=50.0, group_us=1.0)
+    assert (_predict(flat, tiles, slower)["time"] > base).all()
+
+
+def test_monotonic_in_the_problem_size():
+    tile = [(64, 4, 32)]
+    times = [_predict(matmul_flat(s, s, s), tile, CALIBRATED)["time"][0]
+             for s in (128, 256, 512, 1024)]
+    assert all(a < b for a, b in zip(times, times[1:], strict=False))
+    # A matmul's work grows 8x a doubling; its compute-bound time close to that.
+    assert 6 < times[-1] / times[-2] < 10
+
+
+def test_a_register_tile_beats_a_single_element():
+    flat = matmul_flat(512, 512, 512)
+    t = _predict(flat, [(64, 4, 32), (64, 1, 16), (1, 1, 1)], CALIBRATED)["time"]
+    assert t[0] < t[1] < t[2]
+
+
+def test_tiles_that_generate_different_code_are_predicted_apart():
+    flat = matmul_flat(512, 512, 512)
+    tiles = np.asarray([(k, m, n) for k in (8, 16, 32, 64, 128, 256, 512)
+                        for m in (2, 4, 8) for n in (16, 32, 64)], np.int64)
+    stats = score_many(flat, tiles, CALIBRATED)
+    t = predict_many_cpu(flat, tiles, CALIBRATED, stats)["time"]
+    fin = t[np.isfinite(t)]
+    assert len(np.unique(fin)) == len(fin)
+
+
+def test_limits_are_named():
+    pred = _predict(seed_flat(1), [(16, 4, 3, 3, 1, 1, 4)], CALIBRATED)
+    line = explain_line(pred, 0)
+    assert line.startswith("  Predicted: ") and "limited by " in line
+    name = line.split("limited by ", 1)[1].split(" (", 1)[0]
+    assert name in ("compute", "L1", "L2", "DRAM", "launch")
+    # A tiny contraction is all launch cost.
+    small = _predict(matmul_flat(4, 4, 4), [(4, 4, 4)], CALIBRATED)
+    assert BOTTLENECKS[int(small["bottleneck"][0])] == "launch"
+
+
+def test_search_ranks_cpu_tiles_by_time():
+    flat = matmul_flat(512, 512, 512)
+    plan = search(flat, CALIBRATED)
+    assert plan.model == "time"
+    times = [p for p, _ in plan.predicted]
+    assert times == sorted(times)
+    assert all(c.ok for c in plan.costs)
+    _, tm, tn = plan.tile
+    assert tm * tn >= 64  # a register tile, not a row of scalars
+    assert search(flat, CALIBRATED, model="plaidml").model == "plaidml"

@@ -1,0 +1,162 @@
+"""A CPU contraction kernel's time, predicted in seconds from the device's calibrated facts,
+with the resource that limits it: the CPU half of the time model (`predict` dispatches here for
+hardware models of kind "cpu").
+
+The kernel is the one `schedule` and `codegen` make for a CPU: one work-item per output tile,
+the tile a register tile of float vectors (v lanes), the reduction walked in chunks of the
+tile, work-groups spread over the compute units (cores).  Its terms are those of the cycle
+model in `cost` (`_many_cpu`), with this module's coefficients in place of cost's constants:
+
+    step    = max(fma ops / FMA_PORTS, loads / LOAD_PORTS, latency) + load issue x loads
+              + stream x streams                  cycles of one reduction step of the tile
+              (fma ops: accumulator vectors x the instructions a v-lane vector takes where the
+              core's full-speed width is narrower)
+    item    = il x (red x step + chunk) + tile    cycles of one work-item (il chunks)
+    compute = ceil(wg / cores) x item / clock     work-groups in waves over the cores
+    L1      = operand bytes the steps load / the calibrated L1 bandwidth
+    L2      = cost's L2 bytes (panels, outputs) / the calibrated L2 bandwidth
+    DRAM    = cost's DRAM bytes / the DRAM bandwidth
+    time    = launch + wg x group + |compute, L1, L2, DRAM|_p
+
+The clock is the one at which the cores reach the calibrated peak with two FMA pipes at their
+full-speed vector width (`muladd_vec`, else vec_size), so a tile's compute term is its cycle
+count against an ideal microkernel at the measured peak.  A tile cost rejects (over regs) is
+predicted infinitely slow.  The coefficients were fitted to tile sweeps (matmul 256-2048, a
+3x3 convolution, a 2x2 max pool) on the two PoCL CPU devices of the 2-core dev VM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost import _cpu_consts, _lanes
+from .flat import FlatContraction
+from .hw import HwModel
+from .layout import output_order, thread_split
+
+# Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
+_COMPUTE, _L2, _DRAM, _LAUNCH, _REGS, _L1 = range(6)
+
+
+@dataclass(frozen=True)
+class CpuCoefficients:
+    fma_ports: float = 2.0  # vector FMAs a core issues a cycle (the clock is derived from it)
+    load_ports: float = 2.0  # operand loads a cycle
+    latency: float = 4.0  # cycles of a step at least (FMA latency: few accumulators wait)
+    load_issue: float = 0.25  # issue cycles an operand load adds (addresses, selects)
+    stream: float = 1.0  # cycles per extra contiguous run an input's tile loads a step
+    chunk: float = 8.0  # cycles per reduction chunk (loop set-up, pointer arithmetic)
+    line: float = 0.0  # cycles a step waits per cache line it brings from L2 (not from L1)
+    llc: float = 0.5  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
+    tile: float = 32.0  # cycles per work-item (indices, stores)
+    overlap: float = 4.0  # p of the p-norm joining compute and memory (inf: perfect overlap)
+    launch_us: float = 5.0  # a launch, where the device was not calibrated
+    group_us: float = 0.01  # a work-group's dispatch, where the device was not calibrated
+
+
+DEFAULT = CpuCoefficients()
+
+
+def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
+                     stats: dict[str, np.ndarray], dtype: str = "float32",
+                     coeff: CpuCoefficients = DEFAULT) -> dict[str, np.ndarray]:
+    """Predicted seconds ("time"), the limiting resource ("bottleneck", an index into
+    `predict.BOTTLENECKS`) and every term for each row of `tiles`; `stats` are
+    `cost.score_many`'s for the same rows (same keys as `predict.predict_many`, plus "l1_s",
+    "waves" and "cycles": one work-item's)."""
+    T = np.ascontiguousarray(tiles, dtype=np.int64)
+    n = T.shape[0]
+    es = hw.elem_size(dtype)
+    me = max(1, hw.mem_width // es)
+    c = _cpu_consts(flat, hw, es, me)
+    u, vmax, dot = c["u"], c["v"], c["dot"]
+    outs = output_order(flat)
+    v = _lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
+    # The threads split as in cost.score_many (one a group on CPUs: A is the tile itself).
+    if outs:
+        full = np.ones_like(T)
+        full[:, outs] = T[:, outs]
+        A = -(-T[:, outs] // thread_split(flat, full, hw.threads, me)[:, outs])
+    else:
+        A = np.ones((n, 0), np.int64)
+    vecs = {j: (-(-A[:, j] // v) if k == u else A[:, j]) for j, k in enumerate(outs)}
+    acc = np.ones(n, np.int64)
+    for j in vecs:
+        acc = acc * vecs[j]
+    # A v-lane vector takes v / native instructions where the core's full-speed width is
+    # narrower (float16 on Zen 4's two 256-bit pipes: calibrated full speed from float8).
+    native = hw.muladd_vec or vmax
+    width = np.maximum(1.0, v / native)
+    nld = np.zeros(n)
+    load_bytes = np.zeros(n)
+    streams = np.zeros(n)
+    for t in flat.inputs:
+        o = np.ones(n, np.int64)
+        vector = u is not None and abs(t.strides[u]) == 1
+        for j, k in enumerate(outs):
+            if t.strides[k] != 0:
+                o = o * (vecs[j] if (k == u and vector) else A[:, j])
+        nld += o * np.where(vector, width, 1.0)
+        load_bytes += o * np.where(vector, v * es, es)
+        live = [j for j, k in enumerate(outs) if t.strides[k] != 0]
+        low = min(live, key=lambda j: abs(t.strides[outs[j]]), default=None)
+        runs = np.ones(n, np.int64)
+        for j in live:
+            if j != low:
+                runs = runs * A[:, j]
+        streams += runs - 1
+    red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices \
+        else np.ones(n, np.int64)
+    if dot:
+        red = red // v  # a step covers v lanes of the reduction
+    fma = acc * width
+    wg = stats["wg"].astype(np.float64)
+    il = stats["il"].astype(np.float64)
+    steps = wg * il * red
+    lines = stats["l2_bytes"] / hw.mem_width / np.maximum(steps, 1)
+    step = np.maximum(np.maximum(fma / coeff.fma_ports, nld / coeff.load_ports),
+                      coeff.latency) + coeff.load_issue * nld + coeff.stream * streams \
+        + coeff.line * lines
+    item = il * (red * step + coeff.chunk) + coeff.tile
+    cores = max(1, hw.compute_units or hw.goal_groups // 4)
+    clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
+    waves = np.ceil(wg / cores)
+    compute = waves * item / clock
+
+    l1_bw = (hw.l1_gbs or 4 * hw.bandwidth_gbs) * 1e9
+    l2_bw = (hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9
+    l1 = steps * load_bytes / l1_bw
+    l2 = stats["l2_bytes"] / l2_bw
+    # cost's DRAM bytes count every panel re-read past L2 as DRAM traffic; the CPUs have an
+    # L3 that serves those re-reads, so only the tensors' own bytes come at DRAM bandwidth.
+    unique = float(sum(c["sizes"]) + c["out_bytes"])
+    beyond = np.maximum(stats["dram_bytes"] - unique, 0.0)
+    dram = unique / (hw.bandwidth_gbs * 1e9) + beyond / (coeff.llc * l2_bw)
+    fixed = ((hw.launch_us or coeff.launch_us) + wg * (hw.group_us or coeff.group_us)) * 1e-6
+    terms = np.stack([compute, l2, dram, l1], axis=1)
+    body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
+    over = stats["status"] != 0
+    which = np.array([_COMPUTE, _L2, _DRAM, _L1])[terms.argmax(axis=1)]
+    bottleneck = np.where(over, _REGS, np.where(fixed > body, _LAUNCH, which))
+    time = np.where(over, np.inf, body + fixed)
+    return {"time": time, "bottleneck": bottleneck, "compute_s": compute, "l1_s": l1,
+            "l2_s": l2, "dram_s": dram, "fixed_s": fixed, "issue": fma / coeff.fma_ports / step,
+            "latency": np.minimum(1.0, fma / coeff.fma_ports / coeff.latency),
+            "resident": np.ones(n), "acc": acc.astype(np.float64),
+            "acc_regs": stats.get("vregs", acc).astype(np.float64),
+            "reg_cap": np.full(n, float(hw.registers)), "waves": waves, "cycles": item}
+
+
+def explain_line_cpu(pred: dict[str, np.ndarray], row: int, names: tuple[str, ...]) -> str:
+    """One cost-log line: the predicted time, its limit and the terms behind it."""
+    b = names[int(pred["bottleneck"][row])]
+    if b == "registers":
+        return (f"  Predicted: spills, limited by registers ({int(pred['acc_regs'][row])} "
+                f"vector registers a work-item; {int(pred['reg_cap'][row])} fit)")
+    return (f"  Predicted: {pred['time'][row] * 1e6:.1f} us, limited by {b} "
+            f"(compute {pred['compute_s'][row] * 1e6:.1f} us at issue "
+            f"{pred['issue'][row]:.2f}, L1 {pred['l1_s'][row] * 1e6:.1f} us, "
+            f"L2 {pred['l2_s'][row] * 1e6:.1f} us, DRAM {pred['dram_s'][row] * 1e6:.1f} us, "
+            f"fixed {pred['fixed_s'][row] * 1e6:.1f} us; {int(pred['waves'][row])} waves of "
+            f"{int(pred['cycles'][row])} cycles, {int(pred['acc'][row])} accumulators)")
