@@ -38,10 +38,9 @@ import numpy as np
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
-from .layout import thread_split
 from .schedule import split_threads, vector_candidates
 
-BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers")
+BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1")  # L1: CPUs
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,9 @@ DEFAULT = Coefficients()
 
 
 def can_predict(hw: HwModel) -> bool:
-    """Whether the model has the facts a prediction needs (a GPU with peak and bandwidth)."""
-    return hw.kind == "gpu" and hw.peak_gflops > 0 and hw.bandwidth_gbs > 0
+    """Whether the model has the facts a prediction needs (a GPU or CPU with peak and
+    bandwidth; CPUs are predicted by `predict_cpu`)."""
+    return hw.kind in ("gpu", "cpu") and hw.peak_gflops > 0 and hw.bandwidth_gbs > 0
 
 
 def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
@@ -73,6 +73,9 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     the same rows.  `exact=False` splits threads the vectorised way PlaidML's layout does
     instead of as the schedule will (a search's first pass over up to millions of tiles; the
     schedule's split takes half a millisecond a tile)."""
+    if hw.kind == "cpu":
+        from .predict_cpu import predict_many_cpu
+        return predict_many_cpu(flat, tiles, hw, stats, dtype)
     T = np.ascontiguousarray(tiles, dtype=np.int64)
     n = T.shape[0]
     es = hw.elem_size(dtype)
@@ -143,6 +146,17 @@ def _threads(flat: FlatContraction, tile: tuple[int, ...], budget: int, vi: int 
     return tuple(split_threads(flat, tile, budget, vi, w))
 
 
+# Issue slots of one read of an input under a padding constraint: the read's address is
+# clamped and its value selected against the constraint (`codegen.contraction` masked loads).
+MASKED_READ_SLOTS = 3.0
+
+
+def _read_slots(flat: FlatContraction, t) -> float:
+    """Slots a local read of input t costs: more where a constraint masks its values."""
+    used = {k for c in flat.constraints for k, x in enumerate(c.coeffs) if x}
+    return MASKED_READ_SLOTS if any(t.strides[k] != 0 for k in used) else 1.0
+
+
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
     """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
     cands = vector_candidates(flat) if hw.vec_size > 1 else []
@@ -157,30 +171,43 @@ def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | Non
 
 
 def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
-    """`_register_tiles` with PlaidML's vectorised thread split (`layout.thread_split`)."""
+    """`_register_tiles` for every row at once, the threads split greedily: each doubling goes
+    to the output index with the most points a thread left (the square-ish register tile
+    `schedule.split_threads` prefers), up to the thread budget."""
     n = T.shape[0]
     outs = list(flat.out_indices)
     kv, lanes = _lanes(flat, T, hw)
     dot = kv is not None and kv not in outs
-    me = max(1, hw.mem_width // 4)
     if not outs:
         return np.ones(n), lanes.astype(np.float64), np.full(n, len(flat.inputs) * 1.0), \
             np.full(n, float(hw.threads))
-    uniq, inv = np.unique(T[:, outs], axis=0, return_inverse=True)
-    full = np.ones((uniq.shape[0], T.shape[1]), np.int64)
-    full[:, outs] = uniq
-    thr = thread_split(flat, full, hw.threads, me)[:, outs][inv.reshape(-1)]
-    A = -(-T[:, outs] // thr)
-    acc = np.prod(A, axis=1).astype(np.float64)
+    units = T[:, outs].astype(np.float64)
+    if kv in outs:
+        j = outs.index(kv)
+        units[:, j] = units[:, j] / lanes
+    th = np.ones_like(units)
+    rows = np.arange(n)
+    for _ in range(max(1, hw.threads.bit_length())):
+        left = np.where(th < units, units / th, 0.0)
+        pick = left.argmax(axis=1)
+        grow = (left[rows, pick] > 0) & (th.prod(axis=1) * 2 <= hw.threads)
+        th[rows[grow], pick[grow]] *= 2
+    pts = np.ceil(units / th)
+    if kv in outs:
+        pts[:, outs.index(kv)] *= lanes
+    acc = pts.prod(axis=1)
     fmas = acc * (lanes if dot else 1)
     reads = np.zeros(n)
     for t in flat.inputs:
         vals = np.ones(n)
         for j, k in enumerate(outs):
             if t.strides[k] != 0:
-                vals = vals * A[:, j]
-        reads += np.ceil(vals if dot else vals / RUN)
-    out_threads = np.prod(thr, axis=1).astype(np.float64)
+                vals = vals * pts[:, j]
+        if not dot:
+            vec = kv is not None and t.strides[kv] == 1
+            vals = vals / (lanes if vec else RUN)
+        reads += np.ceil(vals) * _read_slots(flat, t)
+    out_threads = th.prod(axis=1)
     threads = np.where(2 * out_threads >= hw.threads, out_threads, float(hw.threads))
     return acc, fmas, reads, threads
 
@@ -216,7 +243,7 @@ def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
             elif not dot and any(t.strides[k] != 0 and k != vi and pts[k] % RUN == 0
                                  for k in outs):
                 vals /= RUN  # runs (`gpu_form`)
-            reads += np.ceil(vals)
+            reads += np.ceil(vals) * _read_slots(flat, t)
         out_threads = float(np.prod([th[k] for k in outs])) if outs else 1.0
         # Threads the output leaves idle go to the reduction (`schedule.split_choice`).
         threads = out_threads if 2 * out_threads >= hw.threads or not flat.reduce_indices \
@@ -228,6 +255,9 @@ def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
     """One cost-log line: the predicted time, its limit and the terms behind it."""
+    if "l1_s" in pred:  # a CPU's prediction
+        from .predict_cpu import explain_line_cpu
+        return explain_line_cpu(pred, row, BOTTLENECKS)
     b = BOTTLENECKS[int(pred["bottleneck"][row])]
     if b == "registers":
         return (f"  Predicted: spills, limited by registers ({int(pred['acc_regs'][row])} "
