@@ -71,9 +71,7 @@ class TiledPlan:
     # Per tile of `top` (time model only): predicted seconds and the cost-log line saying why.
     predicted: tuple[tuple[float, str], ...] = ()
 
-    @property
-    def model(self) -> str:
-        return "time" if self.predicted else "plaidml"
+    ranked_by_time: bool = False  # the time model ranked `top` (else PlaidML's score did)
 
     def log_lines(self, row: int = 0) -> list[str]:
         """The cost log of top tile `row`: PlaidML's statistics, then the prediction."""
@@ -94,6 +92,7 @@ class TiledPlan:
     def describe(self) -> str:
         tile = ", ".join(f"{n}: {t}" for n, t in zip(self.flat.names, self.tile, strict=True))
         pred = f"predicted {self.predicted[0][0] * 1e6:.1f} us, " if self.predicted else ""
+        pred += "ranked by predicted time; " if self.ranked_by_time else ""
         return (f"tile [{tile}] {pred}score {self.cost.score:g} "
                 f"(flops_per_byte {self.cost.flops_per_byte:g}); {self.strategy} search scored "
                 f"{self.candidates_scored} tiles in {self.seconds:.3f} s "
@@ -131,21 +130,27 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
            post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None,
            model: str = "time") -> TiledPlan:
     """Find the best tile: the shortest predicted time (`model="time"`, where the hardware
-    model can predict one) or PlaidML's highest score (`model="plaidml"`).  `log` (a path or
+    model can predict one and the contraction has no constraints) or PlaidML's highest score
+    (`model="plaidml"`, and the other cases).  `log` (a path or
     text stream) receives the top tiles' cost log: text in the seed's format, or JSON lines when
     the path ends in .jsonl/.json.  `cache` (a directory) keeps the outcome for later processes:
     the same contraction on the same hardware model, scored by the same code, is not searched
     twice."""
     if model not in ("time", "plaidml"):
         raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
-    timed = model == "time" and can_predict(hw)
+    # Predictions go in the cost log wherever the model can make them; they rank the tiles of
+    # contractions without constraints.  Padded convolutions' predictions ranked the H200's
+    # measurements at rho 0.1-0.6 with regrets up to 1.5 (BENCHMARKS.md), no better than
+    # PlaidML's score, so those keep the score's ranking until the model captures them.
+    logged = model == "time" and can_predict(hw)
+    timed = logged and not flat.constraints
     start = time.perf_counter()
     top_k = max(1, top_k)
     key = path = None
     if cache is not None:
         key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, timed)
         path = Path(cache) / key[:2] / f"{key}.json"
-        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, timed)
+        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
         if plan is not None:
             if log is not None:
                 write_log(plan, log)
@@ -180,8 +185,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
-                     post_ops=post_ops, dtype=dtype,
-                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, timed))
+                     post_ops=post_ops, dtype=dtype, ranked_by_time=timed,
+                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
     if path is not None and key is not None:
         from .. import memo
 
@@ -211,21 +216,21 @@ def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, to
     from dataclasses import fields
 
     from .. import memo
-    from . import cost, predict, schedule
+    from . import cost, predict, predict_cpu, schedule
     from . import flat as flat_mod
     from . import hw as hw_mod
     from . import layout as layout_mod
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
-                                               predict, sys.modules[__name__]))
+                                               predict, predict_cpu, sys.modules[__name__]))
     contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
     return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
                        top_k, post_inputs, limit, timed)
 
 
 def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_ops: int,
-                dtype: str, post_inputs: int, timed: bool) -> TiledPlan | None:
+                dtype: str, post_inputs: int, logged: bool) -> TiledPlan | None:
     from .. import memo
 
     found = memo.read_json(path, key)
@@ -247,8 +252,8 @@ def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_o
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
-                     cached=True,
-                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, timed))
+                     cached=True, ranked_by_time=logged and not flat.constraints,
+                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
 
 
 def tile_log(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
