@@ -73,6 +73,11 @@ class TiledPlan:
 
     ranked_by_time: bool = False  # the time model ranked `top` (else PlaidML's score did)
 
+    @property
+    def model(self) -> str:
+        """What ranked `top`: "time" (predicted time) or "plaidml" (PlaidML's score)."""
+        return "time" if self.ranked_by_time else "plaidml"
+
     def log_lines(self, row: int = 0) -> list[str]:
         """The cost log of top tile `row`: PlaidML's statistics, then the prediction."""
         lines = self.top[row][1].log_text().splitlines()
