@@ -22,13 +22,11 @@ accumulator bytes; then the tile itself, lexicographically smaller first.  A rej
 
 from __future__ import annotations
 
-import io
 import itertools
-import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -37,9 +35,13 @@ import numpy as np
 
 from ..errors import TileError
 from .cost import Cost, score, score_many
+from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
+
+__all__ = ["TiledPlan", "candidates", "json_lines", "log_text", "score_tile", "search", "tile_log",
+           "write_log"]
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -456,47 +458,3 @@ def _no_fit_message(flat: FlatContraction, hw: HwModel, c: Cost) -> str:
                if hw.kind == "cpu" else ""))
     return (f"hardware model {hw.name!r} cannot fit this operation: every tile is rejected, "
             f"and even the all-1 tile over indices {', '.join(flat.names)} needs {what}")
-
-
-# -- the cost log --------------------------------------------------------------------------------
-
-def log_text(costs: Iterable[Cost]) -> str:
-    """The seed's text form, one block per tile."""
-    return "".join(c.log_text() + "\n" for c in costs)
-
-
-def json_lines(costs: Iterable[Cost]) -> str:
-    """One JSON record per tile ("version": 1, "tile": {index: size}, every statistic)."""
-    return "".join(json.dumps(c.to_json(), sort_keys=False) + "\n" for c in costs)
-
-
-def write_log(source: TiledPlan | Iterable[Cost], path: str | os.PathLike[str] | IO[str],
-              fmt: str | None = None) -> None:
-    """Write a plan's top tiles (or the given costs) as text or JSON lines.  `fmt` is "text" or
-    "jsonl"; by default a path ending in .jsonl/.json gets JSON lines, anything else text.  A
-    plan ranked by the time model adds each tile's prediction: a "Predicted:" line in text,
-    "predicted_us" and "bottleneck" in JSON."""
-    plan = source if isinstance(source, TiledPlan) else None
-    costs = plan.costs if plan is not None else tuple(source)
-    if fmt is None:
-        name = str(path) if isinstance(path, str | os.PathLike) else getattr(path, "name", "")
-        fmt = "jsonl" if str(name).endswith((".jsonl", ".json")) else "text"
-    if fmt not in ("text", "jsonl"):
-        raise TileError(f"unknown cost-log format {fmt!r} (expected 'text' or 'jsonl')")
-    if plan is not None and plan.predicted:
-        if fmt == "text":
-            body = "".join("\n".join(plan.log_lines(i)) + "\n" for i in range(len(costs)))
-        else:
-            rows = []
-            for c, (secs, line) in zip(costs, plan.predicted, strict=True):
-                rec = c.to_json()
-                rec["predicted_us"] = round(secs * 1e6, 3)
-                rec["bottleneck"] = line.split("limited by ", 1)[1].split(" (", 1)[0]
-                rows.append(json.dumps(rec, sort_keys=False) + "\n")
-            body = "".join(rows)
-    else:
-        body = json_lines(costs) if fmt == "jsonl" else log_text(costs)
-    if isinstance(path, io.TextIOBase) or hasattr(path, "write"):
-        path.write(body)  # type: ignore[union-attr]
-    else:
-        Path(path).write_text(body, encoding="utf-8")
