@@ -236,7 +236,7 @@ def _ratios(to: Any, nbytes: Any, wg: Any, tu: Any, hw: HwModel) -> tuple:
     return fpb, occupancy, roof_ratio, occ_ratio, thread_ratio, score_
 
 
-def _cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str, Any]:
+def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str, Any]:
     """Per-input facts that do not depend on the tile."""
     full = [read_plan(flat.names, t, flat.ranges, me) for t in flat.inputs]
     sizes = []
@@ -258,7 +258,7 @@ def _cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[st
                 u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices)
 
 
-def _lanes(tile_u: Any, range_u: int, v: int) -> Any:
+def vector_lanes(tile_u: Any, range_u: int, v: int) -> Any:
     """Lanes the generated code uses: the largest power of two <= v dividing tile and range."""
     low = np.bitwise_and(tile_u, -np.asarray(tile_u))
     return np.minimum(np.minimum(low, range_u & -range_u), v)
@@ -266,9 +266,9 @@ def _lanes(tile_u: Any, range_u: int, v: int) -> Any:
 
 def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: int,
                es: int, me: int, post_inputs: int) -> Cost:
-    c = _cpu_consts(flat, hw, es, me)
+    c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
-    v = int(_lanes(lay.tile[u], flat.ranges[u], vmax)) if u is not None else 1
+    v = int(vector_lanes(lay.tile[u], flat.ranges[u], vmax)) if u is not None else 1
     outs = lay.out_order
     acc = {k: -(-lay.tile[k] // lay.threads[k]) for k in outs}
     acc_vregs = 1
@@ -392,13 +392,25 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     return res
 
 
+def input_streams(flat: FlatContraction, t, outs: list[int], A: np.ndarray) -> np.ndarray:
+    """Extra address streams input t opens a reduction step, per row: one per accumulator
+    point along each output index it reads, but its lowest-stride one (that one is a run)."""
+    live = [j for j, k in enumerate(outs) if t.strides[k] != 0]
+    low = min(live, key=lambda j: abs(t.strides[outs[j]]), default=None)
+    o = np.ones(A.shape[0], np.int64)
+    for j in live:
+        if j != low:
+            o = o * A[:, j]
+    return o - 1
+
+
 def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
               outs: list[int], res: dict, G: np.ndarray, loads: list[np.ndarray], points: int,
               es: int, me: int, post_inputs: int) -> dict[str, np.ndarray]:
-    c = _cpu_consts(flat, hw, es, me)
+    c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
     n = T.shape[0]
-    v = _lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
+    v = vector_lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
     vecs = {j: (-(-A[:, j] // v) if kk == u else A[:, j]) for j, kk in enumerate(outs)}
     acc_vregs = np.ones(n, np.int64)
     for j in vecs:
@@ -413,15 +425,8 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
         ops.append(o)
     nld = sum(ops, np.zeros(n, np.int64))
     vregs = acc_vregs + nld + 1
-    streams = np.zeros(n, np.int64)
-    for t in flat.inputs:
-        live = [j for j, kk in enumerate(outs) if t.strides[kk] != 0]
-        low = min(live, key=lambda j: abs(t.strides[outs[j]]), default=None)
-        o = np.ones(n, np.int64)
-        for j in live:
-            if j != low:
-                o = o * A[:, j]
-        streams = streams + o - 1
+    streams = sum((input_streams(flat, t, outs, A) for t in flat.inputs),
+                  np.zeros(n, np.int64))
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices else 1
     if dot:
         red = red // v

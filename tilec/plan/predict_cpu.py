@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import _cpu_consts, _lanes
+from .cost import cpu_consts, input_streams, vector_lanes
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
@@ -78,10 +78,10 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     n = T.shape[0]
     es = hw.elem_size(dtype)
     me = max(1, hw.mem_width // es)
-    c = _cpu_consts(flat, hw, es, me)
+    c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
     outs = output_order(flat)
-    v = _lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
+    v = vector_lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
     # The threads split as in cost.score_many (one a group on CPUs: A is the tile itself).
     if outs:
         full = np.ones_like(T)
@@ -108,13 +108,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
                 o = o * (vecs[j] if (k == u and vector) else A[:, j])
         nld += o * np.where(vector, width, 1.0)
         load_bytes += o * np.where(vector, v * es, es)
-        live = [j for j, k in enumerate(outs) if t.strides[k] != 0]
-        low = min(live, key=lambda j: abs(t.strides[outs[j]]), default=None)
-        runs = np.ones(n, np.int64)
-        for j in live:
-            if j != low:
-                runs = runs * A[:, j]
-        streams += runs - 1
+        streams += input_streams(flat, t, outs, A)
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices \
         else np.ones(n, np.int64)
     if dot:
