@@ -3,9 +3,9 @@
     python benchmarks/tile_sweep.py FILE.tile --shape NAME=AxB ... [--device D] [--top 16]
            [--random 16] [--repeat 5] [--json OUT.jsonl]
 
-The tiles: the time model's top `--top` (exact predictions), PlaidML's top 8, and `--random`
-tiles drawn (seeded) from the time model's top 256 of its first pass, so the sample is not
-only what the model already likes.  Each tile is compiled alone (`--tile`), validated against
+The tiles: the time model's top `--top` (exact predictions over a pool of both rankings' top
+512), PlaidML's top 8, and `--random` tiles drawn (seeded) from the time model's next 240, so
+the sample is not only what the model already likes.  Each tile is compiled alone (`--tile`), validated against
 the numpy reference once, and timed (median OpenCL event time of `--repeat` runs).  One JSON
 line a tile: the tile, predicted seconds and bottleneck, PlaidML's score, measured seconds;
 the end prints Spearman's rho between predicted and measured and the regret of the model's
@@ -51,11 +51,19 @@ def main() -> int:
     flat = kernel.flat
     rt = Runtime.get(args.device)
     hw = hw_model_for(args.hw, Config(device=args.device), rt)
-    timed = search(flat, hw, post_ops=kernel.post_op_count, top_k=max(args.top, 256))
-    plaid = search(flat, hw, post_ops=kernel.post_op_count, top_k=8, model="plaidml")
-    tiles = [t for t, _ in timed.top[:args.top]] + [t for t, _ in plaid.top]
+    # The pool: both rankings' top 512, ordered by predicted time (padded convolutions are
+    # ranked by PlaidML's score in a compile, but predicted all the same).
+    timed = search(flat, hw, post_ops=kernel.post_op_count, top_k=512)
+    plaid = search(flat, hw, post_ops=kernel.post_op_count, top_k=512, model="plaidml")
+    pool = np.asarray(list(dict.fromkeys([t for t, _ in timed.top] + [t for t, _ in plaid.top])),
+                      np.int64)
+    order = np.argsort(predict_many(flat, pool, hw, score_many(flat, pool, hw,
+                                                               kernel.post_op_count))["time"],
+                       kind="stable")
+    ranked = [tuple(int(v) for v in pool[i]) for i in order]
+    tiles = ranked[:args.top] + [t for t, _ in plaid.top[:8]]
     rng = np.random.default_rng(0)
-    rest = [t for t, _ in timed.top[args.top:]]
+    rest = ranked[args.top:256]
     if rest:
         pick = rng.choice(len(rest), size=min(args.random, len(rest)), replace=False)
         tiles += [rest[i] for i in sorted(pick)]

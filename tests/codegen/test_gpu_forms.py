@@ -145,3 +145,27 @@ def test_forms_match_plain_kernel_exactly_on_integers():
         outs.append(exe.run(arrays, poison=True)["C"])
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], arrays["A"] @ arrays["B"])
+
+
+CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+  R = (O > 0 ? O : 0);
+}"""
+
+
+@needs_device
+@pytest.mark.parametrize("tile,runs", [
+    ({"ci": 8, "co": 16, "i": 1, "j": 1, "n": 1, "x": 8, "y": 32}, True),  # runs along y
+    # a halo in the tile; 64 output threads, so the reduction is split (not pipelined)
+    ({"ci": 4, "co": 16, "i": 1, "j": 3, "n": 1, "x": 2, "y": 8}, False),
+    ({"ci": 8, "co": 16, "i": 3, "j": 3, "n": 2, "x": 3, "y": 12}, False),  # ragged x
+])
+def test_padded_conv_as_a_matmul(tile, runs):
+    """The filter (stride CI along co) is gathered into local memory with co innermost, so the
+    output channels are the vector index; with enough points a thread, the image's tile has y
+    innermost and is read four points at a time."""
+    shapes = {"D": (2, 8, 32, 16), "K": (3, 3, 16, 16)}  # ci tiles below CI: no merging
+    exe = run_case(CONV, shapes, hw="nvidia-h100", seed=7, gpu_forms=True,
+                   tiles={"*": tile}, use_tuning_records=False)
+    assert "vector: 4 lanes along co" in exe.source
+    assert ("runs: D read 4 points along y" in exe.source) == runs

@@ -35,14 +35,15 @@ class RunChoice:
     input: int  # the input read a run at a time (its local stride along `index` is 1)
 
 
-def run_candidate(flat: FlatContraction, tile: tuple[int, ...], vec_index: int | None,
-                  stage) -> RunChoice | None:
-    """The output index and input for runs, or None.  The input must not depend on the vector
-    index (its value per point is then a scalar, a component of the run's vector) and its
-    staged layout, widened for runs, must put the index at local stride 1 with every other
-    local stride and the base a multiple of `RUN` (aligned vector reads).  `stage` is
-    `schedule.stage_input`."""
-    for k in flat.out_indices:
+def run_candidates(flat: FlatContraction, tile: tuple[int, ...], vec_index: int | None,
+                   stage) -> list[RunChoice]:
+    """The output indices and inputs that can take runs, the output's lowest-stride index
+    first.  The input must not depend on the vector index (its value per point is then a
+    scalar, a component of the run's vector) and its staged layout, widened for runs, must put
+    the index at local stride 1 with every other local stride and the base a multiple of `RUN`
+    (aligned vector reads).  `stage` is `schedule.stage_input`."""
+    out = []
+    for k in sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k])):
         if k == vec_index or tile[k] % RUN:
             continue
         for i, t in enumerate(flat.inputs):
@@ -53,9 +54,12 @@ def run_candidate(flat: FlatContraction, tile: tuple[int, ...], vec_index: int |
             st = stage(flat, tile, i, k, RUN)
             if st.local_strides[k] != 1 or st.local_base % RUN:
                 continue
-            if all(ls % RUN == 0 for j, ls in enumerate(st.local_strides) if j != k):
-                return RunChoice(k, i)
-    return None
+            # Indices whose tile is one point never move a read (their local stride is moot).
+            if all(ls % RUN == 0 for j, ls in enumerate(st.local_strides)
+                   if j != k and tile[j] > 1):
+                out.append(RunChoice(k, i))
+                break
+    return out
 
 
 def pipeline_fits(copies: list[int], buffers: list[int], wg_threads: int, trips: int,

@@ -38,7 +38,7 @@ import numpy as np
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
-from .schedule import split_threads, vector_candidates
+from .schedule import make_schedule, vector_candidates
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1")  # L1: CPUs
 
@@ -140,12 +140,6 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "acc_regs": fmas, "reg_cap": np.full(n, cap)}
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _threads(flat: FlatContraction, tile: tuple[int, ...], budget: int, vi: int | None,
-             w: int) -> tuple[int, ...]:
-    return tuple(split_threads(flat, tile, budget, vi, w))
-
-
 # Issue slots of one read of an input under a padding constraint: the read's address is
 # clamped and its value selected against the constraint (`codegen.contraction` masked loads).
 MASKED_READ_SLOTS = 3.0
@@ -159,7 +153,8 @@ def _read_slots(flat: FlatContraction, t) -> float:
 
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
     """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
-    cands = vector_candidates(flat) if hw.vec_size > 1 else []
+    staged = hw.kind == "gpu" and hw.staging == "local"  # as `make_schedule` decides
+    cands = vector_candidates(flat, staged=staged) if hw.vec_size > 1 else []
     kv = cands[0] if cands else None
     lanes = np.ones(T.shape[0], np.int64)
     if kv is not None:
@@ -213,44 +208,35 @@ def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
 
 
 def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
-    """Per row, as `schedule.make_schedule` builds the kernel: accumulator points a work-item
-    holds, its multiply-adds a reduction step (points x vector lanes: the accumulator
-    registers), its local reads a step, and the work-items of a group."""
-    outs = list(flat.out_indices)
-    kv, lanes = _lanes(flat, T, hw)
-    cols = outs  # with the lanes, all that decides the threads and register tile
-    key = np.concatenate([T[:, cols], lanes[:, None]], axis=1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    per = np.zeros((uniq.shape[0], 4))
-    dot = kv is not None and kv not in outs
-    for u, row in enumerate(uniq):
-        tile = [1] * len(flat.ranges)
-        for c, v in zip(cols, row[:-1], strict=True):
-            tile[c] = int(v)
-        w = int(row[-1])
-        vi = kv if w > 1 else None
-        th = _threads(flat, tuple(tile), hw.threads, vi, w)
-        pts = {k: -(-(tile[k] // w if k == vi else tile[k]) // th[k]) * (w if k == vi else 1)
-               for k in outs}  # scalar points along each output index
-        acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
-        fmas = acc * (w if dot else 1)
-        reads = 0.0
-        for t in flat.inputs:
-            vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
-            if vi is not None and not dot and t.strides[vi] == 1:
-                vals /= w  # vectors along the output's vector index
-            elif not dot and any(t.strides[k] != 0 and k != vi and pts[k] % RUN == 0
-                                 for k in outs):
-                vals /= RUN  # runs (`gpu_form`)
-            reads += np.ceil(vals) * _read_slots(flat, t)
-        out_threads = float(np.prod([th[k] for k in outs])) if outs else 1.0
-        # Threads the output leaves idle go to the reduction (`schedule.split_choice`).
-        threads = out_threads if 2 * out_threads >= hw.threads or not flat.reduce_indices \
-            else float(hw.threads)
-        per[u] = (acc, fmas, reads, threads)
-    got = per[inv]
+    """Per row, from the schedule the kernel will have (`schedule.make_schedule`): accumulator
+    points a work-item holds, its multiply-adds a reduction step (points x vector lanes: the
+    accumulator registers), its local reads a step (vectors along the vector index and runs
+    count once), and the work-items of a group."""
+    uniq, inv = np.unique(T, axis=0, return_inverse=True)
+    per = np.array([_schedule_facts(flat, tuple(int(v) for v in row), hw) for row in uniq])
+    got = per[inv.reshape(-1)]
     return got[:, 0], got[:, 1], got[:, 2], got[:, 3]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
+                    hw: HwModel) -> tuple[float, float, float, float]:
+    s = make_schedule(flat, tile, hw)
+    outs = list(flat.out_indices)
+    acc_counts = s.acc_counts()
+    w, vi = s.vec, s.vec_index
+    pts = {k: acc_counts[k] * (w if k == vi else 1) for k in outs}  # scalar points
+    acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
+    fmas = acc * (w if s.dot else 1)
+    reads = 0.0
+    for i, t in enumerate(flat.inputs):
+        vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
+        if vi is not None and not s.dot and t.strides[vi] != 0:
+            vals /= w  # vectors along the output's vector index
+        if s.run is not None and s.run.input == i:
+            vals /= RUN  # runs (`gpu_form`)
+        reads += np.ceil(vals) * _read_slots(flat, t)
+    return acc, fmas, reads, float(s.wg_threads)
 
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:

@@ -9,7 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 from .flat import FlatContraction
-from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidate
+from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
 from .hw import HwModel
 
 
@@ -88,18 +88,24 @@ def constrained(flat: FlatContraction) -> set[int]:
     return {k for c in flat.constraints for k, v in enumerate(c.coeffs) if v}
 
 
-def vector_candidates(flat: FlatContraction) -> list[int]:
+def vector_candidates(flat: FlatContraction, staged: bool = False) -> list[int]:
     """Indices that can be spread over vector lanes, best first.
 
     An index qualifies when no constraint mentions it (a lane mask per point would be needed)
     and no tensor must gather along it (stride other than 0 or 1); the output's unit-stride
-    index is preferred, as its stores are contiguous too."""
+    index is preferred, as its stores are contiguous too.  With `staged` (every input staged
+    in local memory, laid out with the vector index innermost: `stage_input`), an input may
+    have any stride along it: its copy into local memory does the gathering once, and the
+    reads from local memory are vectors (a convolution's output channels, which its NHWC
+    filter holds at stride CI, become a matmul's n)."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
         if k in blocked:
             continue
         strides = [t.strides[k] for t in flat.inputs]
+        if staged and flat.output.strides[k] == 1 and all(s >= 0 for s in strides):
+            strides = [0 if s == 0 else 1 for s in strides]
         if any(s not in (0, 1) for s in strides) or 1 not in strides + [flat.output.strides[k]]:
             continue
         out = flat.output.strides[k]
@@ -129,22 +135,25 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     memory, False = never, True = wherever inputs are staged."""
     width = hw.vec_size if vec is None else vec
     vec_index, lanes = None, 1
+    use_local = (staging or hw.staging) == "local"
+    forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
     if width > 1:
-        for k in vector_candidates(flat):
+        for k in vector_candidates(flat, staged=forms):
             w = _pow2_divisor(tile[k], width)
             w = min(w, _pow2_divisor(flat.ranges[k], width))
             if w > 1:
                 vec_index, lanes = k, w
                 break
     budget = hw.threads if threads is None else threads
-    use_local = (staging or hw.staging) == "local"
-    forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
-    run = run_candidate(flat, tuple(tile), vec_index, stage_input) if forms else None
-    th = split_threads(flat, tile, budget, vec_index, lanes, run)
-    if run is not None:
-        acc = -(-tile[run.index] // th[run.index])
-        if acc % RUN or acc * th[run.index] != tile[run.index]:
-            run = None  # a thread's points along the index are not whole runs
+    # The first run candidate whose thread split leaves each thread whole runs along it.
+    run = None
+    th = split_threads(flat, tile, budget, vec_index, lanes)
+    for cand in run_candidates(flat, tuple(tile), vec_index, stage_input) if forms else []:
+        t2 = split_threads(flat, tile, budget, vec_index, lanes, cand)
+        acc = -(-tile[cand.index] // t2[cand.index])
+        if acc % RUN == 0 and acc * t2[cand.index] == tile[cand.index]:
+            run, th = cand, t2
+            break
     staged = tuple(
         None if not use_local else
         stage_input(flat, tuple(tile), i, run.index, RUN) if run is not None and i == run.input
@@ -164,7 +173,10 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         points = 1
         for t in tile:
             points *= t
-        staged = tuple(None if st is not None and _elems(st) >= points else st
+        # An input gathered along the vector index is read from its staged tile only.
+        staged = tuple(None if st is not None and _elems(st) >= points
+                       and (vec_index is None or flat.inputs[st.input].strides[vec_index]
+                            in (0, 1)) else st
                        for st in staged)
         sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, k, n, run)
     elif forms:
@@ -306,8 +318,12 @@ def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int,
     strides = {id(m): m.local_stride for m in indices}
     if vec_index is not None and lanes > 1 and flat.inputs[i].strides[vec_index] != 0:
         name = flat.names[vec_index]
-        inner = [m for m in indices if m.local_stride == 1 and (name, 1) in m.parts]
+        # The merged index holding the vector index moves innermost (where it is not already:
+        # a gathered input, `vector_candidates(staged=True)`), the others keep their order.
+        inner = sorted((m for m in indices if (name, 1) in m.parts),
+                       key=lambda m: m.local_stride)
         if inner:
+            moved = inner[0].local_stride != 1
             order = sorted(indices, key=lambda m: (m is not inner[0], m.local_stride))
             cur = 1
             for j, m in enumerate(order):
@@ -315,8 +331,9 @@ def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int,
                 nxt = order[j + 1].local_stride if j + 1 < len(order) else None
                 span = cur * m.range
                 # PlaidML bumped the running size by one here when the next stride exceeds
-                # this span; bump by a whole vector instead.
-                padded = nxt is not None and nxt > m.local_stride * m.range
+                # this span; bump by a whole vector instead (every row of a moved layout:
+                # its rows are written by transposing copies).
+                padded = nxt is not None and (moved or nxt > m.local_stride * m.range)
                 cur = -(-span // lanes) * lanes + (lanes if padded else 0)
             elems = max(1, sum((m.range - 1) * strides[id(m)] for m in order) + 1)
             elems = -(-elems // lanes) * lanes
