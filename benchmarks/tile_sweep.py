@@ -8,8 +8,8 @@ The tiles: the time model's top `--top` (exact predictions over a pool of both r
 the sample is not only what the model already likes.  Each tile is compiled alone (`--tile`),
 validated against the numpy reference once, and timed (median OpenCL event time of
 `--repeat` runs).  One JSON line a tile: the tile, predicted seconds and bottleneck, PlaidML's
-score, measured seconds; the end prints Spearman's rho between predicted and measured and the regret of the model's
-first choice within the sample.  The data fits and checks `plan.predict`'s coefficients."""
+score, measured seconds; the end prints Spearman's rho between predicted and measured and the
+regret of the model's first choice within the sample.  The data fits and checks `plan.predict`'s coefficients."""
 
 from __future__ import annotations
 
