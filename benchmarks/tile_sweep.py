@@ -9,7 +9,8 @@ the sample is not only what the model already likes.  Each tile is compiled alon
 validated against the numpy reference once, and timed (median OpenCL event time of
 `--repeat` runs).  One JSON line a tile: the tile, predicted seconds and bottleneck, PlaidML's
 score, measured seconds; the end prints Spearman's rho between predicted and measured and the
-regret of the model's first choice within the sample.  The data fits and checks `plan.predict`'s coefficients."""
+regret of the model's first choice within the sample.  The data fits and checks
+`plan.predict`'s coefficients."""
 
 from __future__ import annotations
 
