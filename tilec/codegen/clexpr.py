@@ -67,9 +67,28 @@ def identity(agg: str, dtype: str) -> str:
     return literal(0, dtype)
 
 
-def load(buf: str, offset: str, dtype: str, width: int = 1) -> str:
-    """A value (or a vector of `width` consecutive values) converted to its compute type."""
+# Element types whose buffers are read and written as whole vectors where aligned.
+VECTOR_ACCESS = ("float32", "int32", "uint32")
+
+
+def vector_access(buf: str, offset: str, dtype: str, width: int, const: bool = False) -> str:
+    """The `width`-vector at element `offset` of global buffer `buf` as a plain C lvalue, for a
+    vector that starts on a multiple of its size (buffers start at least 128 bytes aligned:
+    CL_DEVICE_MEM_BASE_ADDR_ALIGN).  vloadN/vstoreN only need element alignment, but they
+    are library functions: where the driver's library is built for other CPU features than
+    its kernels (the PyPI PoCL 3.0 on AVX-512 CPUs) they stay calls, and every call spills
+    all vector registers (the accumulators) to the stack and back.  A pointer dereference is
+    one vector load or store on every device."""
+    ty = f"{'const ' if const else ''}{STORAGE[dtype]}{width}"
+    return f"*((__global {ty}*)({buf} + ({offset})))"
+
+
+def load(buf: str, offset: str, dtype: str, width: int = 1, aligned: bool = False) -> str:
+    """A value (or a vector of `width` consecutive values) converted to its compute type.
+    `aligned`: the vector starts on a multiple of its size (`vector_access`)."""
     c = COMPUTE[dtype]
+    if width > 1 and aligned and dtype in VECTOR_ACCESS:
+        return vector_access(buf, offset, dtype, width, const=True)
     if width == 1:
         if dtype == "float16":
             return f"vload_half({offset}, {buf})"
@@ -83,7 +102,10 @@ def load(buf: str, offset: str, dtype: str, width: int = 1) -> str:
     return f"vload{width}(0, {buf} + ({offset}))"
 
 
-def store(buf: str, offset: str, value: str, dtype: str, width: int = 1) -> str:
+def store(buf: str, offset: str, value: str, dtype: str, width: int = 1,
+          aligned: bool = False) -> str:
+    if width > 1 and aligned and dtype in VECTOR_ACCESS:
+        return f"{vector_access(buf, offset, dtype, width)} = {value};"
     if width == 1:
         if dtype == "float16":
             return f"vstore_half({value}, {offset}, {buf});"

@@ -92,18 +92,40 @@ class _Contraction:
         return f"{'w' if raw else 'q'}_{self.flat.names[k]}_{a}"
 
     # offsets and loads -----------------------------------------------------------------------
-    def offset_bounds(self, strides: tuple[int, ...], off: int) -> tuple[int, int]:
-        """Extreme offsets over every position the kernel forms, partial tiles included."""
+    def offset_bounds(self, strides: tuple[int, ...], off: int,
+                      starts: bool = False) -> tuple[int, int]:
+        """Extreme offsets over every position the kernel forms, partial tiles included;
+        `starts`: of vectors' first lanes, which are multiples of W along the vector index
+        (`lanes_aligned`), the last one W - 1 or less before the tile's end."""
         lo = hi = off
         for k, s in enumerate(strides):
             top = self.counts[k] * self.sched.tile[k] - 1
+            if starts and k == self.v and self.lanes_aligned():
+                top -= (self.sched.tile[k] - 1) % self.W
             lo += min(0, s * top)
             hi += max(0, s * top)
         return lo, hi
 
+    def lanes_aligned(self) -> bool:
+        """Every vector's first position along the vector index is a multiple of W: tiles
+        are multiples of W and threads, accumulators and loop steps move by W (not the GPU
+        forms' runs, nor a reduction split along the vector index)."""
+        s = self.sched
+        return self.W > 1 and self.v is not None and s.tile[self.v] % self.W == 0 and \
+            (s.run is None or s.run.index != self.v) and \
+            not (self.split and s.split_index == self.v)
+
+    def vector_aligned(self, t_index: int) -> bool:
+        """Tensor t_index's vectors (W consecutive elements along the vector index) all start
+        on a multiple of W in its buffer, clamped or not (`guarded`): read and written as
+        whole vectors (clexpr.vector_access) instead of through vloadN/vstoreN."""
+        t, W = self.flat.tensors[t_index], self.W
+        return self.lanes_aligned() and t.strides[self.v] == 1 and t.offset % W == 0 and \
+            t.size % W == 0 and all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
+
     def guarded(self, t_index: int, expr: str, width: int) -> str:
         t = self.flat.tensors[t_index]
-        lo, hi = self.offset_bounds(t.strides, t.offset)
+        lo, hi = self.offset_bounds(t.strides, t.offset, starts=width > 1)
         hi += width - 1
         if lo >= 0 and hi < t.size:
             return expr
@@ -138,7 +160,8 @@ class _Contraction:
         if W == 1 or v is None or t.strides[v] == 0:
             val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1), t.dtype)
             return val if W == 1 else f"(({ctype}{W})({val}))"
-        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W)
+        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W,
+                           aligned=self.vector_aligned(i + 1))
 
     def local_offset(self, i: int, c: tuple[int, ...]) -> str:
         """Where staged input i's value for accumulator point c is in its local tile."""
@@ -382,12 +405,14 @@ class _Contraction:
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
                     if guards:
-                        # select() on a lane mask keeps the load unconditional (its address is
-                        # clamped in bounds) where `c ? load : 0` would become a branch.
+                        # A lane mask keeps the load unconditional (its address is clamped in
+                        # bounds) where a scalar `c ? load : 0` would become a branch.  `?:`
+                        # on a vector condition is select() (OpenCL C 6.3), written as an
+                        # operator: select() is a library call on some drivers (`vector_access`).
                         cond = " && ".join(guards)
                         if self.W > 1:
                             itype = _vec("int", self.W)
-                            value = f"select(({ty})(0), {value}, ({itype})(-(int)({cond})))"
+                            value = f"(({itype})(-(int)({cond})) ? {value} : ({ty})(0))"
                         else:
                             value = f"(({cond}) ? {value} : ({ty})(0))"
                     out.append(f"const {ty} {var} = {value};")
@@ -441,7 +466,7 @@ class _Contraction:
             then = vals[2] if f.comb == "?" else (f"(({ty})(1))" if self.W > 1 else "1")
             if self.W > 1:
                 itype = _vec("int", self.W)
-                val = f"select(({ty})(0), {then}, ({itype}){cond})"
+                val = f"(({itype}){cond} ? {then} : ({ty})(0))"  # select(), as an operator
             else:
                 val = f"({cond} ? {then} : 0)"
         if f.agg == "+":
@@ -492,7 +517,7 @@ class _Contraction:
             if direct:
                 if k_.op.output in k_.writes:
                     inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
-                                              self.W))
+                                              self.W, aligned=self.vector_aligned(0)))
             else:
                 for lane in lanes:
                     inner += self.finish(j, lane)

@@ -66,7 +66,10 @@ def derive(device: Any, max_vec: int | None = None) -> HwModel:
     if is_cpu:
         vec = _clamp_vec(pref)
         text = f"{name} {_query(device, 'version', '')}".lower()
-        registers = 32 if _clamp_vec(native) >= 16 or "aarch64" in text or "arm" in text else 16
+        # 32 registers where kernels get 16-wide vectors (AVX-512).  The probe's cap counts:
+        # the PyPI PoCL reports 16 on a Zen 4 but compiles kernels for znver3 (AVX2, 16 ymm
+        # registers); a 32-register tile there spilled its accumulators (matmul 1.5x slower).
+        registers = 32 if _clamp_vec(pref) >= 16 or "aarch64" in text or "arm" in text else 16
         l1, l2 = _host_caches()
         l1 = l1 or 32 * 1024
         l2 = l2 or (min(cache, 1 << 20) if cache > l1 else 1 << 20)
