@@ -39,6 +39,7 @@ from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
+from .schedule import make_schedule
 
 __all__ = ["TiledPlan", "candidates", "json_lines", "log_text", "score_tile", "search", "tile_log",
            "write_log"]
@@ -145,17 +146,17 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     twice."""
     if model not in ("time", "plaidml"):
         raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
-    # Predictions go in the cost log wherever the model can make them; they rank the tiles of
-    # contractions without constraints.  Padded convolutions' predictions ranked the H200's
-    # measurements at rho 0.1-0.6 with regrets up to 1.5 (BENCHMARKS.md), no better than
-    # PlaidML's score, so those keep the score's ranking until the model captures them.
+    # Predictions go in the cost log wherever the model can make them, and rank the tiles of
+    # contractions without constraints.  For a padded convolution they rank the tiles only
+    # where the predicted best is in the matmul form (`_matmul_form`): there they ranked the
+    # H200's sweeps at rho 0.6-0.8; elsewhere (small register tiles, split reductions) they
+    # did not, and PlaidML's score ranks.
     logged = model == "time" and can_predict(hw)
-    timed = logged and not flat.constraints
     start = time.perf_counter()
     top_k = max(1, top_k)
     key = path = None
     if cache is not None:
-        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, timed)
+        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, logged)
         path = Path(cache) / key[:2] / f"{key}.json"
         plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
         if plan is not None:
@@ -168,17 +169,16 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if _count(cands) > limit:
         cands = [pow2_candidates(r) for r in flat.ranges]
         strategy = "pow2"
-    args = (flat, hw, post_ops, dtype, post_inputs, timed)
-    # The time model's first pass is approximate (`predict_many(exact=False)`): a wider pool
-    # of its best tiles is predicted exactly and ranked again.
-    pool = max(top_k, POOL) if timed else top_k
     if _count(cands) > limit:
         strategy = "beam"
-        best, tally = _beam(cands, pool, args)
-    else:
-        best, tally = _exhaustive(cands, pool, es, args)
-    if timed and best.shape[0]:
-        best = _exact_order(best, args)[:top_k]
+    timed = logged
+    best, tally = _ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
+                                strategy) if logged else (None, None)
+    if logged and flat.constraints and not (best.shape[0] and _matmul_form(flat, best[0], hw)):
+        timed = False
+    if not timed:
+        best, tally = _ranked_tiles(cands, top_k, es,
+                                    (flat, hw, post_ops, dtype, post_inputs, False), strategy)
     if best.shape[0] == 0:
         ones = tuple(1 for _ in flat.ranges)
         fallback = score(flat, ones, hw, post_ops, dtype, post_inputs=post_inputs)
@@ -199,10 +199,33 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
 
         memo.write_json(path, key, {
             "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
-            "seconds": plan.seconds})
+            "seconds": plan.seconds, "ranked_by_time": timed})
     if log is not None:
         write_log(plan, log)
     return plan
+
+
+def _ranked_tiles(cands: list[list[int]], top_k: int, es: int, args: tuple,
+                  strategy: str) -> tuple[np.ndarray, list[int]]:
+    """The best top_k tiles by the args' ranking.  The time model's first pass is approximate
+    (`predict_many(exact=False)`): a wider pool of its best tiles is predicted exactly and
+    ranked again."""
+    timed = args[-1]
+    pool = max(top_k, POOL) if timed else top_k
+    if strategy == "beam":
+        best, tally = _beam(cands, pool, args)
+    else:
+        best, tally = _exhaustive(cands, pool, es, args)
+    if timed and best.shape[0]:
+        best = _exact_order(best, args)[:top_k]
+    return best, tally
+
+
+def _matmul_form(flat: FlatContraction, tile, hw: HwModel) -> bool:
+    """Whether a tile's kernel is in the form the time model was fitted on: a register tile
+    read from local memory by vectors along an output index and by runs (`gpu_form`)."""
+    s = make_schedule(flat, tuple(int(t) for t in tile), hw)
+    return s.run is not None and s.vec_index is not None and not s.dot
 
 
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,
@@ -246,6 +269,7 @@ def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_o
         tally = tuple(int(n) for n in found["tally"])
         strategy = str(found["strategy"])
         seconds = float(found["seconds"])
+        by_time = bool(found.get("ranked_by_time", False))
         if not tiles or len(tally) != 4 or any(
                 len(t) != len(flat.ranges) or not all(1 <= a <= r for a, r in
                                                       zip(t, flat.ranges, strict=True))
@@ -259,7 +283,7 @@ def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_o
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
-                     cached=True, ranked_by_time=logged and not flat.constraints,
+                     cached=True, ranked_by_time=by_time,
                      predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
 
 
