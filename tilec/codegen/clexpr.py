@@ -67,6 +67,12 @@ def identity(agg: str, dtype: str) -> str:
     return literal(0, dtype)
 
 
+def clamp(x: str, lo: str, hi: str) -> str:
+    """clamp(x, lo, hi) of a variable `x` as plain C: the same instructions where the driver
+    inlines clamp(), no call (with its register spills) where it does not (`vector_access`)."""
+    return f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))"
+
+
 # Element types whose buffers are read and written as whole vectors where aligned.
 VECTOR_ACCESS = ("float32", "int32", "uint32")
 

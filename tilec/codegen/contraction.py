@@ -123,16 +123,26 @@ class _Contraction:
         return self.lanes_aligned() and t.strides[self.v] == 1 and t.offset % W == 0 and \
             t.size % W == 0 and all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
 
-    def guarded(self, t_index: int, expr: str, width: int) -> str:
+    def guarded(self, t_index: int, expr: str, width: int, decls: list[str] | None = None,
+                name: str = "g") -> str:
+        """Offset `expr` of a read of `width` elements, clamped into the tensor where some
+        position the kernel forms falls outside it.  With `decls`, the offset is declared
+        there as `name` and clamped by clexpr.clamp (plain C: clamp() is a library call on
+        some drivers, and a call in the loop spills every accumulator); without, clamp()."""
         t = self.flat.tensors[t_index]
         lo, hi = self.offset_bounds(t.strides, t.offset, starts=width > 1)
         hi += width - 1
         if lo >= 0 and hi < t.size:
             return expr
-        return f"clamp({expr}, 0, {t.size - width})"
+        if decls is None:
+            return f"clamp({expr}, 0, {t.size - width})"
+        decls.append(f"const int {name} = {expr};")
+        return clexpr.clamp(name, "0", str(t.size - width))
 
-    def input_value(self, i: int, c: tuple[int, ...]) -> str:
-        """Text of input i at accumulator point c (vector of W lanes where vectorised)."""
+    def input_value(self, i: int, c: tuple[int, ...], decls: list[str] | None = None,
+                    name: str = "g") -> str:
+        """Text of input i at accumulator point c (vector of W lanes where vectorised); an
+        offset that needs clamping is declared first, as `name`, in `decls` (`guarded`)."""
         t = self.flat.inputs[i]
         st = self.sched.staged[i] if self.sched.staged else None
         env = self.point_env(c)
@@ -158,9 +168,9 @@ class _Contraction:
         terms = [(t.strides[k], env[k]) for k in range(len(self.names))]
         off = _lin(terms, t.offset)
         if W == 1 or v is None or t.strides[v] == 0:
-            val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1), t.dtype)
+            val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1, decls, name), t.dtype)
             return val if W == 1 else f"(({ctype}{W})({val}))"
-        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W), t.dtype, W,
+        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W, decls, name), t.dtype, W,
                            aligned=self.vector_aligned(i + 1))
 
     def local_offset(self, i: int, c: tuple[int, ...]) -> str:
@@ -401,7 +411,7 @@ class _Contraction:
                             out.append(decl)
                         value = f"(({ty})({value}))" if self.W > 1 else value
                     else:
-                        value = self.input_value(i, c)
+                        value = self.input_value(i, c, out, f"g{var[1:]}")
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
                     if guards:
