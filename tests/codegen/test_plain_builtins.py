@@ -1,0 +1,111 @@
+"""Contraction hot loops without OpenCL library calls (issue 14).  The PyPI PoCL 3.0 builds its
+kernel library for the host's AVX-512 and kernels for znver3, so LLVM inlines no builtin into a
+kernel: clamp(), vloadN/vstoreN and select() were calls, each spilling every accumulator to the
+stack.  The kernels write them as plain C instead (clexpr.clamp, clexpr.vector_access, `?:`
+on a lane mask).  Text rules here are device-free; the runs need that PoCL and skip without it."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+import tilec
+from tilec.codegen import clexpr
+from tilec.codegen.generate import generate
+from tilec.config import Config
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.plan.hw_device import from_device
+
+from ..kernel_cases import CASES
+
+PYPI_POCL = "pthread-AMD EPYC"  # the PyPI PoCL's CPU device on an AMD EPYC
+CALLS = ("vload", "vstore", "clamp(", "select(")
+
+
+def test_clamp_text():
+    assert clexpr.clamp("g0_1", "0", "99") == "(g0_1 < 0 ? 0 : (g0_1 > 99 ? 99 : g0_1))"
+
+
+def test_aligned_vector_access_text():
+    assert clexpr.load("b_B", "o + 8", "float32", 8, aligned=True) == \
+        "*((__global const float8*)(b_B + (o + 8)))"
+    assert clexpr.store("b_C", "o", "a_0", "int32", 4, aligned=True) == \
+        "*((__global int4*)(b_C + (o))) = a_0;"
+    # Without alignment, and for types stored narrower than computed, the builtins stay.
+    assert clexpr.load("b_B", "o", "float32", 8) == "vload8(0, b_B + (o))"
+    assert clexpr.load("b_B", "o", "float16", 8, aligned=True).startswith("vload_half8(")
+    assert clexpr.store("b_C", "o", "v", "int8", 4, aligned=True).startswith("vstore4(")
+
+
+def contraction_texts(src: str, shapes: dict, hw: HwModel) -> list[str]:
+    plan = plan_kernels(tilec.check_program(src, shapes, "float32"))
+    sources, _ = generate(plan, hw, Config(use_disk_cache=False))
+    return [s.text for s in sources if s.kind == "contraction"]
+
+
+def avx2_cpu() -> HwModel:
+    return dataclasses.replace(HwModel.load("pocl-cpu"), vec_size=8, registers=16)
+
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+
+
+@pytest.mark.parametrize("n", [1024, 64])
+def test_matmul_loop_has_no_library_calls(n):
+    """Rows a multiple of the vector: B read and C written as aligned vectors, no clamp."""
+    text, = contraction_texts(MATMUL, {"A": (n, n), "B": (n, n)}, avx2_cpu())
+    assert not [c for c in CALLS if c in text], text
+    assert "*((__global const float8*)(b_B + (" in text
+    assert "*((__global float8*)(b_C + (" in text
+
+
+def test_padded_conv_loop_has_no_library_calls():
+    """Masked loads: the offset declared and clamped in plain C, the mask a vector `?:`."""
+    src, shapes = CASES["conv_same_relu"]
+    texts = contraction_texts(src, shapes, avx2_cpu())
+    assert texts and not any(c in t for t in texts for c in CALLS), texts
+    assert any("const int g0_" in t for t in texts)
+
+
+def test_unaligned_vectors_keep_vload():
+    """Vectors that start anywhere (an odd row length, an offset of 1) keep vloadN, which
+    needs only element alignment; the clamp is gone (vector starts stay in bounds)."""
+    src = "function (A[M, K], B[K, L]) -> (C) { C[m, n : M, 32] = +(A[m, k] * B[k, n + 1]); }"
+    text, = contraction_texts(src, {"A": (16, 13), "B": (13, 33)}, avx2_cpu())
+    assert "vload8(0, b_B + (1 + 33 * i_k + p_n_0))" in text
+    assert "(__global const float8*)" not in text
+
+
+def test_cpu_registers_follow_the_vector_width_kernels_get():
+    """The PyPI PoCL on a Zen 4 prefers float16 but computes float16 wrongly (the probe caps
+    vectors at 8): its kernels are compiled for znver3, AVX2, 16 vector registers."""
+    queries = dict(name="pthread-AMD EPYC", type=2, max_compute_units=2,
+                   max_work_group_size=4096, local_mem_size=1 << 20, local_mem_type=2,
+                   global_mem_cacheline_size=64, global_mem_cache_size=1 << 25,
+                   preferred_vector_width_float=16, max_clock_frequency=2596, version="")
+    dev = SimpleNamespace(platform=SimpleNamespace(name="Fake", version="OpenCL 3.0"), **queries)
+    assert (from_device(dev).registers, from_device(dev).vec_size) == (32, 16)
+    assert (from_device(dev, max_vec=8).registers, from_device(dev, max_vec=8).vec_size) == \
+        (16, 8)
+
+
+def _pypi_pocl() -> bool:
+    try:
+        import pyopencl as cl
+
+        return any(d.name == PYPI_POCL for p in cl.get_platforms() for d in p.get_devices())
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _pypi_pocl(), reason=f"no {PYPI_POCL!r} device (the PyPI PoCL)")
+@pytest.mark.parametrize("name", ["matmul_odd", "conv_same_relu", "conv_strided", "maxpool",
+                                  "depthwise", "softmax"])
+def test_cases_on_the_pypi_pocl(name):
+    from .test_kernels import run_case
+
+    src, shapes = CASES[name]
+    run_case(src, shapes, device=PYPI_POCL, seed=3)
