@@ -161,11 +161,12 @@ CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
     ({"ci": 8, "co": 16, "i": 3, "j": 3, "n": 2, "x": 3, "y": 12}, False),  # ragged x
 ])
 def test_padded_conv_as_a_matmul(tile, runs):
-    """The filter (stride CI along co) is gathered into local memory with co innermost, so the
-    output channels are the vector index; with enough points a thread, the image's tile has y
-    innermost and is read four points at a time."""
+    """With enough points a thread, the filter (stride CI along co) is gathered into local
+    memory with co innermost, so the output channels are the vector index, and the image's
+    tile has y innermost and is read four points at a time (the matmul form); without runs the
+    vectors stay along ci."""
     shapes = {"D": (2, 8, 32, 16), "K": (3, 3, 16, 16)}  # ci tiles below CI: no merging
     exe = run_case(CONV, shapes, hw="nvidia-h100", seed=7, gpu_forms=True,
                    tiles={"*": tile}, use_tuning_records=False)
-    assert "vector: 4 lanes along co" in exe.source
+    assert ("vector: 4 lanes along co" in exe.source) == runs
     assert ("runs: D read 4 points along y" in exe.source) == runs
