@@ -125,6 +125,11 @@ class _Contraction:
             # as pointer dereferences, the H200's matmul 4096 kernel ran 3.60 ms against 2.90
             # (the same kernel otherwise).
             return False
+        if W >= 16:
+            # 16-wide vectors (AVX-512 builds of PoCL, whose builtins are inlined) keep
+            # vload16/vstore16: as pointer dereferences, the Xeon's (PoCL 5.0) matmul 1024 ran
+            # 1.11x slower (medians of five alternating rounds).
+            return False
         return self.lanes_aligned() and t.strides[self.v] == 1 and t.offset % W == 0 and \
             t.size % W == 0 and all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
 
