@@ -18,17 +18,17 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.flatten import describe
     from ..plan.fuse import ContractionKernel, fuse_attention, plan_kernels
     from ..plan.hw import HwModel
-    from ..plan.hw_device import from_device
     from ..plan.rows import RowKernel
     from ..plan.schedule import make_schedule
     from ..plan.search import search, tile_log, write_log
 
     program = check_program(src, shapes, dtype)
     if hw_name in (None, "", "auto"):
-        from ..runtime.device import Runtime
+        from ..runtime.device import Runtime, hw_model_for
 
         rt = Runtime.get(device)
-        hw = from_device(rt.device, max_vec=rt.vector_limit)
+        # As compile derives it: the device's queries and its stored calibration, if any.
+        hw = hw_model_for(None, Config(device=device), rt)
     else:
         hw = HwModel.load(hw_name)
     # As compile plans it by default (row fusion on; attention kernels where not a CPU).
