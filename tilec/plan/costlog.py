@@ -12,6 +12,7 @@ from typing import IO
 
 from ..errors import TileError
 from .cost import Cost
+from .predict import bottleneck_of
 
 
 def log_text(costs: Iterable[Cost]) -> str:
@@ -46,7 +47,7 @@ def write_log(source: object, path: str | os.PathLike[str] | IO[str],
             for c, (secs, line) in zip(costs, plan.predicted, strict=True):
                 rec = c.to_json()
                 rec["predicted_us"] = round(secs * 1e6, 3)
-                rec["bottleneck"] = line.split("limited by ", 1)[1].split(" (", 1)[0]
+                rec["bottleneck"] = bottleneck_of(line)
                 rows.append(json.dumps(rec, sort_keys=False) + "\n")
             body = "".join(rows)
     else:

@@ -29,7 +29,10 @@ from .calibration import DEFAULT_MULADD, MULADD_FORMS
 KINDS = ("gpu", "cpu")
 # Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
 _FLOAT_FIELDS = ("peak_gflops", "bandwidth_gbs", "l1_gbs", "l2_gbs", "local_gbs", "launch_us",
-                 "group_us")
+                 "group_us", "correct_compute", "correct_l1", "correct_l2", "correct_dram",
+                 "correct_launch")
+# The time model's per-device correction: a factor for predictions limited by each resource.
+CORRECTIONS = ("compute", "L1", "L2", "DRAM", "launch")
 STAGINGS = ("local", "global")
 VEC_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_ELEM_BYTES: tuple[tuple[str, int], ...] = (
@@ -76,6 +79,13 @@ class HwModel:
     local_gbs: float = 0.0  # reads from local memory
     launch_us: float = 0.0  # device time of an empty kernel
     group_us: float = 0.0  # device time per extra work-group of an empty kernel
+    # Measured over predicted time of the tiles `tilec tune` timed, by the prediction's
+    # limiting resource (`tune.correction`; 1: none).  Compiles multiply predictions by them.
+    correct_compute: float = 1.0
+    correct_l1: float = 1.0
+    correct_l2: float = 1.0
+    correct_dram: float = 1.0
+    correct_launch: float = 1.0
 
     def __post_init__(self) -> None:
         # Normalised here so that models built in code compare and hash like loaded ones.
@@ -90,6 +100,10 @@ class HwModel:
             raise HardwareModelError(f"hardware model {self.name!r}: field {field!r}: {why}")
 
     # -- element sizes -------------------------------------------------------------------------
+
+    def correction(self, bottleneck: str) -> float:
+        """The factor for predictions limited by `bottleneck` (1 for any other)."""
+        return float(getattr(self, "correct_" + bottleneck.lower(), 1.0))
 
     def elem_size(self, dtype: str) -> int:
         """Bytes of one element of `dtype` on this device."""
@@ -224,6 +238,10 @@ class HwModel:
         ]
         if any(measured):
             lines.append("  measured: " + ", ".join(f for f in measured if f))
+        factors = [f"{b} x{self.correction(b):.3g}" for b in CORRECTIONS
+                   if self.correction(b) != 1.0]
+        if factors:
+            lines.append("  time model corrected from tuning records: " + ", ".join(factors))
         if self.source:
             lines.append(f"  source: {self.source}")
         return "\n".join(lines)
@@ -346,6 +364,10 @@ def _value_problems(v: dict[str, Any]) -> list[tuple[str, str]]:
                  "max_work_group_size", "local_mem_bytes", *_FLOAT_FIELDS):
         if v[name] < 0 or v[name] != v[name]:
             out.append((name, f"must not be negative, not {v[name]}"))
+    for b in CORRECTIONS:
+        name = "correct_" + b.lower()
+        if not (0 < v[name] < math.inf):
+            out.append((name, f"must be a positive factor, not {v[name]}"))
     if v["kind"] == "cpu":
         if v["registers"] < 3:
             out.append(("registers", "a cpu model needs the vector register count (>= 3)"))

@@ -75,7 +75,7 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     schedule's split takes half a millisecond a tile)."""
     if hw.kind == "cpu":
         from .predict_cpu import predict_many_cpu
-        return predict_many_cpu(flat, tiles, hw, stats, dtype)
+        return corrected(predict_many_cpu(flat, tiles, hw, stats, dtype), hw)
     T = np.ascontiguousarray(tiles, dtype=np.int64)
     n = T.shape[0]
     es = hw.elem_size(dtype)
@@ -134,10 +134,10 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     body = (terms[:, :3] ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
     bottleneck = np.where(spills, 4, np.where(fixed > body, 3, terms.argmax(axis=1)))
     time = np.where(spills, np.inf, body + fixed)
-    return {"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
+    return corrected({"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
             "dram_s": dram, "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
             "latency": latency, "resident": resident, "acc": acc,
-            "acc_regs": fmas, "reg_cap": np.full(n, cap)}
+            "acc_regs": fmas, "reg_cap": np.full(n, cap)}, hw)
 
 
 # Issue slots of one read of an input under a padding constraint: the read's address is
@@ -237,6 +237,22 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
             vals /= RUN  # runs (`gpu_form`)
         reads += np.ceil(vals) * _read_slots(flat, t)
     return acc, fmas, reads, float(s.wg_threads)
+
+
+def bottleneck_of(line: str) -> str:
+    """The limiting resource a cost-log `Predicted:` line names."""
+    return line.split("limited by ", 1)[1].split(" (", 1)[0] if "limited by " in line else ""
+
+
+def corrected(pred: dict[str, np.ndarray], hw: HwModel) -> dict[str, np.ndarray]:
+    """The prediction times the hardware model's correction for each row's limiting resource
+    (`tune.correction`, fitted from measured tiles; 1 where none is known)."""
+    factors = np.array([hw.correction(b) for b in BOTTLENECKS])
+    if (factors == 1.0).all():
+        return pred
+    out = dict(pred)
+    out["time"] = pred["time"] * factors[pred["bottleneck"].astype(np.int64)]
+    return out
 
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:

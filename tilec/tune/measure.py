@@ -35,6 +35,7 @@ from ..config import Config
 from ..errors import DeviceError, Source
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from ..plan.hw import HwModel
+from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
@@ -65,6 +66,7 @@ class Candidate:
     score: float | None  # the model's predicted score
     source: KernelSource
     predicted: float | None = None  # the time model's seconds (`plan.predict`), where it has one
+    bottleneck: str = ""  # the prediction's limiting resource
 
     def label(self) -> str:
         tile = " ".join(f"{n}={t}" for n, t in self.tile)
@@ -207,8 +209,9 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
     predicted = {}
     if search is not None:
         top = [(tile, cost.score) for tile, cost in search.top]
-        predicted = {tile: secs for (tile, _), (secs, _) in zip(search.top, search.predicted,
-                                                                   strict=False)}
+        predicted = {tile: (secs, bottleneck_of(line))
+                     for (tile, _), (secs, line) in zip(search.top, search.predicted,
+                                                        strict=False)}
     else:  # a tile forced by the config: only its local sizes are left to tune
         current = run.bench.source(k.name)
         top = [(tuple(current.tile[n] for n in names), None)]
@@ -219,7 +222,8 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
         # The prediction is for the model's thread count; other budgets have none.
         pred = predicted.get(tuple(tile)) if threads == default_threads else None
         return Candidate(k.name, "contraction", phase, tuple(zip(names, tile, strict=True)),
-                         src.local_size, src.local_size, rank, score, src, pred)
+                         src.local_size, src.local_size, rank, score, src,
+                         pred[0] if pred else None, pred[1] if pred else "")
 
     results = run.measure([cand(r, t, s, default_threads, "tile") for r, (t, s) in
                            enumerate(top)], first=True)
@@ -307,10 +311,12 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
     record = None
     if best is not None:
         c = best.candidate
+        pairs = tuple((m.candidate.predicted, m.seconds, m.candidate.bottleneck) for m in ok
+                      if m.candidate.predicted is not None and m.seconds)
         record = make_record(device, k, plan, hw, config, tile=dict(c.tile),
                              threads=c.threads, local_size=c.local_size,
                              seconds=best.seconds, rho=rho, regret=regret,  # type: ignore
-                             candidates=len(ok))
+                             candidates=len(ok), pairs=pairs)  # type: ignore[arg-type]
     kind = ("contraction" if isinstance(k, ContractionKernel) else
             "rows" if isinstance(k, RowKernel) else
             "attention" if hasattr(k, "statements") else "elementwise")

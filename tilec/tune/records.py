@@ -79,6 +79,9 @@ class TuneRecord:
     candidates: int = 0
     created: float = 0.0
     tilec: str = ""
+    # (predicted seconds, measured seconds, the prediction's limiting resource) of each
+    # candidate the time model predicted (`plan.predict`); `tune.correction` fits from them.
+    pairs: tuple[tuple[float, float, str], ...] = ()
 
     @property
     def key(self) -> tuple[DeviceKey, str, Shapes]:
@@ -101,7 +104,8 @@ class TuneRecord:
                 "tile": dict(self.tile), "threads": self.threads,
                 "local_size": self.local_size, "seconds": self.seconds, "rho": self.rho,
                 "regret": self.regret, "candidates": self.candidates,
-                "created": self.created, "tilec": self.tilec}
+                "created": self.created, "tilec": self.tilec,
+                "pairs": [list(p) for p in self.pairs]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TuneRecord:
@@ -122,7 +126,8 @@ class TuneRecord:
             threads=opt_int(d.get("threads")), local_size=opt_int(d.get("local_size")),
             seconds=float(d["seconds"]), rho=opt_float(d.get("rho")),
             regret=opt_float(d.get("regret")), candidates=int(d.get("candidates", 0)),
-            created=float(d.get("created", 0.0)), tilec=str(d.get("tilec", "")))
+            created=float(d.get("created", 0.0)), tilec=str(d.get("tilec", "")),
+            pairs=tuple((float(p), float(m), str(b)) for p, m, b in d.get("pairs", ())))
 
 
 # -- the file ------------------------------------------------------------------------------------
@@ -260,7 +265,8 @@ def lookup(plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
 def make_record(device: DeviceKey, kernel: Kernel, plan: KernelPlan, hw: HwModel,
                 config: Config, *, tile: Mapping[str, int], threads: int | None,
                 local_size: int | None, seconds: float, rho: float | None,
-                regret: float | None, candidates: int) -> TuneRecord:
+                regret: float | None, candidates: int,
+                pairs: tuple[tuple[float, float, str], ...] = ()) -> TuneRecord:
     from ..version import __version__
 
     return TuneRecord(device=device, kernel=kernel.name,
@@ -268,4 +274,4 @@ def make_record(device: DeviceKey, kernel: Kernel, plan: KernelPlan, hw: HwModel
                       shapes=kernel_shapes(kernel, plan), tile=tuple(tile.items()),
                       threads=threads, local_size=local_size, seconds=seconds, rho=rho,
                       regret=regret, candidates=candidates, created=time.time(),
-                      tilec=__version__)
+                      tilec=__version__, pairs=pairs)
