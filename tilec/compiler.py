@@ -128,7 +128,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     key = None
     if reuse and config.use_disk_cache:
         runtime = Runtime.get(config.device)
-        model = _corrected(hw_model_for(hw, config, runtime), config, runtime)
+        model = corrected_model(hw_model_for(hw, config, runtime), config, runtime)
         key = compiled.key(source, shapes, dtype, values, config, model, runtime,
                            _records_digest(config))
         found = compiled.load(config, key)
@@ -143,7 +143,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     program = check_program(source, shapes, dtype, values)
     step(progress, "checked the program")
     runtime = Runtime.get(config.device)
-    model = _corrected(hw_model_for(hw, config, runtime), config, runtime)
+    model = corrected_model(hw_model_for(hw, config, runtime), config, runtime)
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model))
     step(progress, f"planned {len(plan.kernels)} kernels")
@@ -199,7 +199,7 @@ def _floor_pow2(n: int) -> int:
     return p
 
 
-def _corrected(model: HwModel, config: Config, runtime: Runtime) -> HwModel:
+def corrected_model(model: HwModel, config: Config, runtime: Runtime) -> HwModel:
     """The model with the time model's correction fitted from this device's tuning records
     (`tune.correction`), where there are records with predicted and measured tiles."""
     if not config.use_tuning_records:
@@ -222,4 +222,5 @@ def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,
         not isinstance(k, ContractionKernel) or _record_tile(k, config, found) is not None)}
 
 
-__all__ = ["NP", "POISON", "Executable", "KernelInfo", "Validation", "compare", "compile"]
+__all__ = ["NP", "POISON", "Executable", "KernelInfo", "Validation", "compare", "compile",
+           "corrected_model"]

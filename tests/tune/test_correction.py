@@ -95,3 +95,14 @@ def test_tuning_records_pairs_and_a_later_compile_is_corrected(tmp_path):
     plain = tile_compile(MATMUL, shapes, config=dataclasses.replace(
         config, use_tuning_records=False))
     assert all(plain.hw.correction(b) == 1.0 for b in BOTTLENECKS)
+
+
+@needs_device
+def test_explain_shows_the_tuning_record_beside_the_search(tmp_path, monkeypatch):
+    from tilec.cli.explain import explain
+
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    shapes = {"A": (32, 16), "B": (16, 32)}
+    tune(MATMUL, shapes, config=Config(cache_dir=tmp_path), top_k=2, timer=lambda c: 1e-3)
+    text = explain(MATMUL, shapes, "float32", "auto", None, {}, 1, None)
+    assert "Tuning record: [" in text and "measured 1 ms" in text

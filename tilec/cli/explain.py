@@ -23,16 +23,22 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.search import search, tile_log, write_log
 
     program = check_program(src, shapes, dtype)
+    rt = None
     if hw_name in (None, "", "auto"):
+        from ..compiler import corrected_model
         from ..runtime.device import Runtime, hw_model_for
+        from .options import cache_settings
 
         rt = Runtime.get(device)
-        # As compile derives it: the device's queries and its stored calibration, if any.
-        hw = hw_model_for(None, Config(device=device), rt)
+        # As compile derives it: the device's queries, its stored calibration and the time
+        # model's correction from its tuning records.
+        config = Config(device=device, **cache_settings())
+        hw = corrected_model(hw_model_for(None, config, rt), config, rt)
     else:
         hw = HwModel.load(hw_name)
     # As compile plans it by default (row fusion on; attention kernels where not a CPU).
     plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
+    records = _records(plan, hw, device, rt)
     out = [f"hardware model: {hw.describe()}", ""]
     logs = []
     for k in plan.kernels:
@@ -77,6 +83,16 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
             chosen = result.tile
             logs.append(result)
         names = k.flat.names
+        rec = records.get(k.name)
+        if rec is not None:
+            # What tuning measured, beside what the model predicts for the same tile.
+            tile = {n: t for n, t in rec.tile}
+            _, lines = tile_log(k.flat, hw, tile, k.post_op_count, dt, model)
+            pred = [ln.strip() for ln in lines if "Predicted:" in ln]
+            out.append("")
+            out.append(f"Tuning record: [{', '.join(f'{n}: {t}' for n, t in rec.tile)}] "
+                       f"measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
+                       + (f"; {pred[0].split(',')[0].lower()} for it" if pred else ""))
         out.append("")
         out.append("Chosen tile: [" + ", ".join(f"{n}: {t}" for n, t in
                                                zip(names, chosen, strict=True)) + "]")
@@ -152,6 +168,19 @@ def _rewrites(program, op) -> list[str]:
     if not steps:
         return []
     return ["Rewrites before flattening:", describe_steps(original, steps, program.tensors), ""]
+
+
+def _records(plan, hw, device: str | None, rt) -> dict:
+    """Tuning records of the plan's kernels on the device explained (none for a named model
+    explained without its device)."""
+    if rt is None:
+        return {}
+    from ..config import Config
+    from ..tune.records import DeviceKey, lookup
+    from .options import cache_settings
+
+    config = Config(device=device, **cache_settings())
+    return lookup(plan, hw, config, DeviceKey.from_info(rt.info))
 
 
 def _points(s) -> list:
