@@ -128,7 +128,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     key = None
     if reuse and config.use_disk_cache:
         runtime = Runtime.get(config.device)
-        model = corrected_model(hw_model_for(hw, config, runtime), config, runtime)
+        model = corrected_model(hw_model_for(hw, config, runtime), load_records(config),
+                                runtime)
         key = compiled.key(source, shapes, dtype, values, config, model, runtime,
                            _records_digest(config))
         found = compiled.load(config, key)
@@ -143,14 +144,15 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     program = check_program(source, shapes, dtype, values)
     step(progress, "checked the program")
     runtime = Runtime.get(config.device)
-    model = corrected_model(hw_model_for(hw, config, runtime), config, runtime)
+    records = load_records(config)  # read once: the correction and the kernels' records
+    model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model))
     step(progress, f"planned {len(plan.kernels)} kernels")
     if config.threads is None and model.threads > runtime.max_wg:
         # A model written for a bigger device: plan no more threads than this one takes.
         config = replace(config, threads=_floor_pow2(runtime.max_wg))
-    tuned = _lookup_records(plan, model, config, runtime)
+    tuned = _lookup_records(plan, model, config, runtime, records)
     while True:
         sources, searches = generate(plan, model, config, tuned=tuned)
         step(progress, f"generated {len(sources)} kernels")
@@ -199,28 +201,34 @@ def _floor_pow2(n: int) -> int:
     return p
 
 
-def corrected_model(model: HwModel, config: Config, runtime: Runtime) -> HwModel:
+def load_records(config: Config) -> dict:
+    """The tuning records file's records (none when the config ignores them)."""
+    if not config.use_tuning_records:
+        return {}
+    from .tune.records import RecordStore, default_path
+
+    return RecordStore(default_path(config)).load()
+
+
+def corrected_model(model: HwModel, records: dict, runtime: Runtime) -> HwModel:
     """The model with the time model's correction fitted from this device's tuning records
     (`tune.correction`), where there are records with predicted and measured tiles."""
-    if not config.use_tuning_records:
-        return model
     from .tune import correction
-    from .tune.records import DeviceKey, RecordStore, default_path
+    from .tune.records import DeviceKey
 
-    records = RecordStore(default_path(config)).load()
     return correction.apply(model, correction.fit(records.values(),
                                                   DeviceKey.from_info(runtime.info)))
 
 
-def _lookup_records(plan: KernelPlan, model: HwModel, config: Config,
-                    runtime: Runtime) -> dict[str, TuneRecord]:
+def _lookup_records(plan: KernelPlan, model: HwModel, config: Config, runtime: Runtime,
+                    records: dict) -> dict[str, TuneRecord]:
     from .tune.records import DeviceKey, lookup
 
-    found = lookup(plan, model, config, DeviceKey.from_info(runtime.info))
+    found = lookup(plan, model, config, DeviceKey.from_info(runtime.info), found=records)
     # Only records that will be used: a forced tile wins, a stale tile is ignored.
     return {k.name: found[k.name] for k in plan.kernels if k.name in found and (
         not isinstance(k, ContractionKernel) or _record_tile(k, config, found) is not None)}
 
 
 __all__ = ["NP", "POISON", "Executable", "KernelInfo", "Validation", "compare", "compile",
-           "corrected_model"]
+           "corrected_model", "load_records"]

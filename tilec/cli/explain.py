@@ -23,22 +23,25 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..plan.search import search, tile_log, write_log
 
     program = check_program(src, shapes, dtype)
-    rt = None
+    records: dict = {}  # kernel name -> tuning record (on the device explained only)
     if hw_name in (None, "", "auto"):
-        from ..compiler import corrected_model
+        from ..compiler import corrected_model, load_records
         from ..runtime.device import Runtime, hw_model_for
+        from ..tune.records import DeviceKey, lookup
         from .options import cache_settings
 
         rt = Runtime.get(device)
         # As compile derives it: the device's queries, its stored calibration and the time
         # model's correction from its tuning records.
         config = Config(device=device, **cache_settings())
-        hw = corrected_model(hw_model_for(None, config, rt), config, rt)
+        found = load_records(config)
+        hw = corrected_model(hw_model_for(None, config, rt), found, rt)
+        # As compile plans it by default (row fusion on; attention kernels where not a CPU).
+        plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
+        records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
     else:
         hw = HwModel.load(hw_name)
-    # As compile plans it by default (row fusion on; attention kernels where not a CPU).
-    plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
-    records = _records(plan, hw, device, rt)
+        plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
     out = [f"hardware model: {hw.describe()}", ""]
     logs = []
     for k in plan.kernels:
@@ -168,19 +171,6 @@ def _rewrites(program, op) -> list[str]:
     if not steps:
         return []
     return ["Rewrites before flattening:", describe_steps(original, steps, program.tensors), ""]
-
-
-def _records(plan, hw, device: str | None, rt) -> dict:
-    """Tuning records of the plan's kernels on the device explained (none for a named model
-    explained without its device)."""
-    if rt is None:
-        return {}
-    from ..config import Config
-    from ..tune.records import DeviceKey, lookup
-    from .options import cache_settings
-
-    config = Config(device=device, **cache_settings())
-    return lookup(plan, hw, config, DeviceKey.from_info(rt.info))
 
 
 def _points(s) -> list:

@@ -247,11 +247,15 @@ def kernel_digest(kernel: Kernel, plan: KernelPlan, hw: HwModel, config: Config)
 
 
 def lookup(plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
-           store: RecordStore | None = None) -> dict[str, TuneRecord]:
-    """kernel name -> the record for it on this device (only kernels that have one)."""
+           store: RecordStore | None = None,
+           found: Mapping[tuple[DeviceKey, str, Shapes], TuneRecord] | None = None
+           ) -> dict[str, TuneRecord]:
+    """kernel name -> the record for it on this device (only kernels that have one), from
+    `found` (records already loaded) or the store."""
     if not config.use_tuning_records:
         return {}
-    found = (store or RecordStore(default_path(config))).load()
+    if found is None:
+        found = (store or RecordStore(default_path(config))).load()
     if not found:
         return {}
     out = {}
