@@ -34,7 +34,7 @@ from .pipeline import Pipeline, copy_plan, half, run_point
 from .split import Split, agg_pair
 
 __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
-           "contraction_source", "prod", "template_env"]
+           "contraction_source", "plain_vector_access", "prod", "template_env"]
 
 # ---------------------------------------------------------------------------------------------
 # Contractions
@@ -45,9 +45,10 @@ UNROLL_COPIES = 16
 
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                 cost_lines: list[str], muladd: str = "fma"):
+                 cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False):
         self.kernel = kernel
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
+        self.plain_vectors = plain_vectors  # `plain_vector_access`
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
@@ -120,18 +121,9 @@ class _Contraction:
         on a multiple of W in its buffer, clamped or not (`guarded`): read and written as
         whole vectors (clexpr.vector_access) instead of through vloadN/vstoreN."""
         t, W = self.flat.tensors[t_index], self.W
-        if self.sched.staged and any(st is not None for st in self.sched.staged):
-            # Kernels staging in local memory (GPU models) keep vloadN/vstoreN: with its stores
-            # as pointer dereferences, the H200's matmul 4096 kernel ran 3.60 ms against 2.90
-            # (the same kernel otherwise).
-            return False
-        if W >= 16:
-            # 16-wide vectors (AVX-512 builds of PoCL, whose builtins are inlined) keep
-            # vload16/vstore16: as pointer dereferences, the Xeon's (PoCL 5.0) matmul 1024 ran
-            # 1.11x slower (medians of five alternating rounds).
-            return False
-        return self.lanes_aligned() and t.strides[self.v] == 1 and t.offset % W == 0 and \
-            t.size % W == 0 and all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
+        return self.plain_vectors and self.lanes_aligned() and t.strides[self.v] == 1 and \
+            t.offset % W == 0 and t.size % W == 0 and \
+            all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
 
     def guarded(self, t_index: int, expr: str, width: int, decls: list[str] | None = None,
                 name: str = "g") -> str:
@@ -678,5 +670,17 @@ class _Contraction:
 
 
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                       cost_lines: list[str] | None = None, muladd: str = "fma") -> KernelSource:
-    return _Contraction(kernel, sched, program, cost_lines or [], muladd).render()
+                       cost_lines: list[str] | None = None, muladd: str = "fma",
+                       plain_vectors: bool = False) -> KernelSource:
+    return _Contraction(kernel, sched, program, cost_lines or [], muladd,
+                        plain_vectors).render()
+
+
+def plain_vector_access(hw) -> bool:
+    """Whether aligned global vectors are read and written as pointer dereferences rather than
+    vloadN/vstoreN on this hardware model: on CPUs whose widest vectors are narrower than 16
+    lanes.  The PyPI PoCL 3.0 on AVX-512 hosts (vectors capped at 8) leaves vloadN as library
+    calls that spill every accumulator; where builtins are inlined the pointer form measured
+    slower: the H200's matmul 4096 kernel 3.60 ms against 2.90 (the kernel otherwise the same),
+    the Xeon's (PoCL 5.0, 16 lanes) matmul 1024 1.11x over five alternating rounds."""
+    return hw.kind == "cpu" and hw.vec_size < 16

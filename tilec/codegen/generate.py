@@ -17,7 +17,7 @@ from ..plan.hw import HwModel
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from .attention_tiled import attention_kernel
-from .contraction import KernelSource, contraction_source
+from .contraction import KernelSource, contraction_source, plain_vector_access
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
 
@@ -85,7 +85,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                                   gpu_forms=config.gpu_forms)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
-            sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd))
+            sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,
+                                              plain_vector_access(hw)))
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads))
         elif isinstance(k, AttentionKernel):

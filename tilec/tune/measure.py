@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.contraction import KernelSource, contraction_source
+from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
 from ..codegen.generate import generate, with_local_size
 from ..config import Config
 from ..errors import DeviceError, Source
@@ -199,7 +199,9 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
                           split_reduction=config.split_reduction,
                           gpu_forms=config.gpu_forms)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
-    return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"])
+    # As compile renders it (`codegen.generate`): the model's mul-add form and vector access.
+    return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"],
+                              hw.muladd, plain_vector_access(hw))
 
 
 def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
