@@ -229,6 +229,13 @@ def _masks(layer: _Layer, lens: Value | None) -> list[Value] | None:
     return [ops_math.greater(col, step) for step in range(t)]
 
 
+def _output(steps, t: int, new: Value, h: Value | None, out: dict[int, Value]) -> Value:
+    """Step t's output into `out` (zero past a sequence's end) and the state after it."""
+    mask = steps.masks[t] if steps.masks else None
+    out[t] = new if mask is None else ops_math.where(mask, new, 0.0)
+    return _advance(h, new, mask)
+
+
 def _advance(state: Value | None, new: Value, mask: Value | None) -> Value:
     """The state after a step: `new` inside the sequence, the old state past its end."""
     if mask is None:
@@ -294,9 +301,7 @@ def rnn(x: Value, w: Value, r: Value, b: Value | None = None,
         out: dict[int, Value] = {}
         for t in _order(layer, direction, d):
             new = _act(f, steps.pre(0, t, h), clip)
-            mask = steps.masks[t] if steps.masks else None
-            out[t] = new if mask is None else ops_math.where(mask, new, 0.0)
-            h = _advance(h, new, mask)
+            h = _output(steps, t, new, h, out)
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
     return _sequence(layer, ys, layout), _finals(layer, finals, layout, sequence_lens)
@@ -339,9 +344,7 @@ def gru(x: Value, w: Value, r: Value, b: Value | None = None,
                 pre = steps.pre(2, t, rg * h)
             hh = _act(g, pre, clip)
             new = (1.0 - z) * hh if h is None else (1.0 - z) * hh + z * h
-            mask = steps.masks[t] if steps.masks else None
-            out[t] = new if mask is None else ops_math.where(mask, new, 0.0)
-            h = _advance(h, new, mask)
+            h = _output(steps, t, new, h, out)
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
     return _sequence(layer, ys, layout), _finals(layer, finals, layout, sequence_lens)
@@ -382,9 +385,8 @@ def lstm(x: Value, w: Value, r: Value, b: Value | None = None,
             cell = i * cc if c is None else fg * c + i * cc
             o = _act(f, _peephole(steps.pre(1, t, h), po, cell), clip)
             new = o * hf(cell)
-            mask = steps.masks[t] if steps.masks else None
-            out[t] = new if mask is None else ops_math.where(mask, new, 0.0)
-            h, c = _advance(h, new, mask), _advance(c, cell, mask)
+            c = _advance(c, cell, steps.masks[t] if steps.masks else None)
+            h = _output(steps, t, new, h, out)
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
         cells.append(c)  # type: ignore[arg-type]
