@@ -256,17 +256,23 @@ def corrected(pred: dict[str, np.ndarray], hw: HwModel) -> dict[str, np.ndarray]
 
 
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
-    """One cost-log line: the predicted time, its limit and the terms behind it."""
-    if "l1_s" in pred:  # a CPU's prediction
-        from .predict_cpu import explain_line_cpu
-        return explain_line_cpu(pred, row, BOTTLENECKS)
+    """One cost-log line: the predicted time, its limit and the terms behind it (a GPU's or,
+    with L1 terms, a CPU's: `predict_cpu`)."""
     b = BOTTLENECKS[int(pred["bottleneck"][row])]
+    cpu = "l1_s" in pred
     if b == "registers":
+        what = "vector registers" if cpu else "accumulator registers"
         return (f"  Predicted: spills, limited by registers ({int(pred['acc_regs'][row])} "
-                f"accumulator registers a work-item; {int(pred['reg_cap'][row])} fit)")
-    return (f"  Predicted: {pred['time'][row] * 1e6:.1f} us, limited by {b} "
-            f"(compute {pred['compute_s'][row] * 1e6:.1f} us at issue "
-            f"{pred['issue'][row]:.2f} x latency {pred['latency'][row]:.2f}, "
-            f"L2 {pred['l2_s'][row] * 1e6:.1f} us, DRAM {pred['dram_s'][row] * 1e6:.1f} us, "
-            f"fixed {pred['fixed_s'][row] * 1e6:.1f} us; {int(pred['resident'][row])} groups "
-            f"resident a compute unit, {int(pred['acc'][row])} accumulators a work-item)")
+                f"{what} a work-item; {int(pred['reg_cap'][row])} fit)")
+    us = {k: pred[k][row] * 1e6 for k in ("time", "compute_s", "l2_s", "dram_s", "fixed_s")}
+    head = (f"  Predicted: {us['time']:.1f} us, limited by {b} (compute {us['compute_s']:.1f} "
+            f"us at issue {pred['issue'][row]:.2f}")
+    if cpu:
+        return (f"{head}, L1 {pred['l1_s'][row] * 1e6:.1f} us, L2 {us['l2_s']:.1f} us, DRAM "
+                f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
+                f"{int(pred['waves'][row])} waves of {int(pred['cycles'][row])} cycles, "
+                f"{int(pred['acc'][row])} accumulators)")
+    return (f"{head} x latency {pred['latency'][row]:.2f}, L2 {us['l2_s']:.1f} us, DRAM "
+            f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
+            f"{int(pred['resident'][row])} groups resident a compute unit, "
+            f"{int(pred['acc'][row])} accumulators a work-item)")

@@ -156,17 +156,3 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "resident": np.ones(n), "acc": acc.astype(np.float64),
             "acc_regs": stats.get("vregs", acc).astype(np.float64),
             "reg_cap": np.full(n, float(hw.registers)), "waves": waves, "cycles": item}
-
-
-def explain_line_cpu(pred: dict[str, np.ndarray], row: int, names: tuple[str, ...]) -> str:
-    """One cost-log line: the predicted time, its limit and the terms behind it."""
-    b = names[int(pred["bottleneck"][row])]
-    if b == "registers":
-        return (f"  Predicted: spills, limited by registers ({int(pred['acc_regs'][row])} "
-                f"vector registers a work-item; {int(pred['reg_cap'][row])} fit)")
-    return (f"  Predicted: {pred['time'][row] * 1e6:.1f} us, limited by {b} "
-            f"(compute {pred['compute_s'][row] * 1e6:.1f} us at issue "
-            f"{pred['issue'][row]:.2f}, L1 {pred['l1_s'][row] * 1e6:.1f} us, "
-            f"L2 {pred['l2_s'][row] * 1e6:.1f} us, DRAM {pred['dram_s'][row] * 1e6:.1f} us, "
-            f"fixed {pred['fixed_s'][row] * 1e6:.1f} us; {int(pred['waves'][row])} waves of "
-            f"{int(pred['cycles'][row])} cycles, {int(pred['acc'][row])} accumulators)")
