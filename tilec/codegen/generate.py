@@ -14,6 +14,7 @@ from ..errors import TileError
 from ..plan.attention import AttentionKernel
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
+from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from .attention_tiled import attention_kernel
@@ -88,7 +89,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,
                                               plain_vector_access(hw)))
         elif isinstance(k, RowKernel):
-            sources.append(row_source(k, plan.program, hw, config.threads))
+            sources.append(row_source(k, plan.program, hw, config.threads,
+                                      _record_shape(k, plan, hw, config, tuned)))
         elif isinstance(k, AttentionKernel):
             rows = config.threads
             if rows is None and tuned and k.name in tuned:
@@ -100,6 +102,21 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 src = with_local_size(src, tuned[k.name].local_size)
             sources.append(src)
     return sources, searches
+
+
+def _record_shape(k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,
+                  tuned: Mapping[str, TuneRecord] | None) -> RowShape | None:
+    """A row kernel's measured shape from a tuning record, when it is still one of the
+    model's candidates (a record from another version must not make an invalid kernel)."""
+    rec = tuned.get(k.name) if tuned else None
+    if rec is None:
+        return None
+    want = dict(rec.tile)
+    for s in candidates(k, plan.program, hw, config.threads):
+        if want == {"threads": s.threads, "rows": s.rows, "vec": s.vec}:
+            return replace(s, note=f"tuned: measured {rec.seconds * 1e3:.4g} ms on "
+                           f"{rec.device.device}")
+    return None
 
 
 def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,

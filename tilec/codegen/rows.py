@@ -17,6 +17,7 @@ import re
 
 from ..lang import ir
 from ..plan.hw import HwModel
+from ..plan.row_shape import RowShape, choose, share, vector_walk
 from ..plan.rows import RowKernel
 from . import clexpr
 from .kernel_text import (
@@ -30,37 +31,10 @@ from .kernel_text import (
     template_env,
 )
 
-MAX_THREADS = 256
-MAX_SHARE = 16  # elements of a row one thread keeps in registers
-
-
-def threads_for(k: RowKernel, hw: HwModel, threads: int | None = None) -> int:
-    """Threads per row: one on a CPU; on a GPU about eight elements a thread, 32 to 256 (or
-    at most `threads`, Config.threads).  Fewer threads, more elements each: each reduction's
-    tree in local memory has fewer barrier steps (H200, 65536 x 1000 softmax: 256 threads
-    0.194 ms, 128 threads 0.141 ms)."""
-    if hw.kind == "cpu":
-        return 1
-    want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 8)))))
-    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32),
-              threads or MAX_THREADS)
-    return max(1, min(want, 1 << int(math.log2(cap))))
-
-
-# Operations whose OpenCL form works unchanged on float vectors with scalar row values mixed in.
-_VECTOR_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "sigmoid",
-               "abs", "relu", "floor", "ceil", "sin", "cos", "erf")
-
-
-def _vector_safe(e: ir.Expr) -> bool:
-    if isinstance(e, ir.Op):
-        return e.op in _VECTOR_OPS and all(_vector_safe(a) for a in e.args)
-    return True
-
 
 class _RowText:
-    def __init__(self, k: RowKernel, program: ir.Program, threads: int, vec: int = 1):
-        self.k, self.program, self.T = k, program, threads
+    def __init__(self, k: RowKernel, program: ir.Program, shape: RowShape):
+        self.k, self.program, self.T, self.R = k, program, shape.threads, shape.rows
         self.tensors = program.tensors
         self.full, self.axes = k.full, set(k.axes)
         self.n = len(self.full)
@@ -70,20 +44,15 @@ class _RowText:
                            and self.tensors[op.output].shape == self.full]
         # The row's axes last and in order: the element number p is the flat offset.
         self.trailing = tuple(sorted(self.axes)) == tuple(range(self.n - len(self.axes), self.n))
-        # One work-item a row walks it W elements at a time (vector loads, vector exp) when
-        # the row is the last axis and everything is float32: a scalar loop with a max or a
-        # sum does not vectorise by itself (the compiler may not reorder float operations).
-        names = {n for op in k.ops for n in (op.output, *(
-            [op.inputs[0].tensor] if isinstance(op, ir.Contraction) else ir.expr_refs(op.expr)))}
-        ok = (threads == 1 and vec > 1 and k.axes == (self.n - 1,) and k.length >= vec
-              and all(self.tensors[n].dtype == "float32" for n in names)
-              and all(_vector_safe(self.stmt[n].expr) for n in self.full_names))
-        self.W = vec if ok else 1
+        # One work-item a row walks it W elements at a time (vector loads, vector exp).
+        self.W = shape.vec if (self.T == 1 and shape.vec > 1 and vector_walk(k, program)
+                               and k.length >= shape.vec) else 1
         # A work-group a row: when each thread's share of the row is small, the row's inputs
         # are loaded once into registers (c_X[j], element lid + j*T) and every walk reads them
         # there; the walks are unrolled over j.
-        share = -(-k.length // threads)
-        self.K = share if threads > 1 and share <= MAX_SHARE else 0
+        self.K = share(k, self.T)
+        names = {n for op in k.ops for n in (op.output, *(
+            [op.inputs[0].tensor] if isinstance(op, ir.Contraction) else ir.expr_refs(op.expr)))}
         self.cached = sorted(n for n in names if n not in self.stmt
                              and self.tensors[n].shape == self.full) if self.K else []
 
@@ -266,18 +235,31 @@ class _RowText:
             elif op.output not in self.full_names:
                 lines += self.row_statement(op)
         full_writes = [n for n in self.k.writes if n in self.full_names]
+        # Several rows a work-group: the last group's spare rows repeat the last row (so that
+        # every thread meets the barriers) and store nothing.
+        spare = self.T > 1 and self.R > 1 and self.k.rows % self.R != 0
         if full_writes:
-            lines += self.walk(set(full_writes), lambda w: [
+            stores = self.walk(set(full_writes), lambda w: [
                 clexpr.store(buf(n), self.offset(n, True), f"f_{n}", self.tensors[n].dtype, w)
                 for n in full_writes])
+            lines += (["if (live) {"] + [f"    {x}" for x in stores] + ["}"]) if spare \
+                else stores
         row_writes = [n for n in self.k.writes if n not in self.full_names]
         if row_writes:
             stores = [clexpr.store(buf(n), self.offset(n, False), f"r_{n}",
                                    self.tensors[n].dtype) for n in row_writes]
-            lines += (["if (lid == 0) {"] + [f"    {s}" for s in stores] + ["}"]
+            cond = "live && lid == 0" if spare else "lid == 0"
+            lines += ([f"if ({cond}) {{"] + [f"    {s}" for s in stores] + ["}"]
                       if self.T > 1 else stores)
-        decls = [f"__local {c} red_{c}[{self.T}];" for c in sorted(locals_)] \
-            if self.T > 1 else []
+        decls = []
+        if self.T > 1:
+            for c in sorted(locals_):
+                if self.R > 1:  # each row's threads reduce in their own part of the buffer
+                    decls += [f"__local {c} red_{c}_all[{self.R * self.T}];",
+                              f"__local {c}* red_{c} = red_{c}_all + "
+                              f"get_local_id(0) / {self.T} * {self.T};"]
+                else:
+                    decls.append(f"__local {c} red_{c}[{self.T}];")
         return decls, _used(self.row_coords(), "\n".join(lines)) + lines
 
 
@@ -301,13 +283,25 @@ def _vec(ctype: str, w: int) -> str:
 
 
 def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
-               threads: int | None = None) -> KernelSource:
-    T = threads_for(k, hw, threads)
-    t = _RowText(k, program, T, hw.vec_size)
+               threads: int | None = None, shape: RowShape | None = None) -> KernelSource:
+    """The kernel in `shape`, by default the one the time model predicts fastest."""
+    ranked: list[RowShape] = []
+    if shape is None:
+        shape, ranked = choose(k, program, hw, threads)
+    t = _RowText(k, program, shape)
+    T, R = t.T, t.R
     for name in set(k.reads()) | set(k.writes):
         check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
     decls, body = t.body()
-    if T > 1:
+    if T > 1 and R > 1:
+        head = [f"const int lid = get_local_id(0) % {T};  /* {R} rows a work-group */"]
+        if k.rows % R:
+            head += [f"const int mine = get_group_id(0) * {R} + get_local_id(0) / {T};",
+                     f"const int live = mine < {k.rows};",
+                     f"const int row = live ? mine : {k.rows - 1};"]
+        else:
+            head += [f"const int row = get_group_id(0) * {R} + get_local_id(0) / {T};"]
+    elif T > 1:
         head = ["const int row = get_group_id(0);", "const int lid = get_local_id(0);"]
     else:
         head = ["const int row = get_global_id(0);", f"if (row >= {k.rows}) return;"]
@@ -318,11 +312,20 @@ def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
     axes = ", ".join(str(d) for d in k.axes)
     how = (f"{T} threads a row, partial results combined in local memory" if T > 1 else
            "one work-item a row" + (f", {t.W} elements at a time" if t.W > 1 else ""))
+    if R > 1:
+        how += f", {R} rows a work-group"
     comment = [op.text.replace("*/", "* /") for op in k.ops] + [
         f"{k.rows} rows of {k.length} elements (axes {axes} of "
         f"[{', '.join(map(str, k.full))}]); {how}"]
+    if shape.note:
+        comment.append(shape.note)
+    if not math.isnan(shape.predicted_s):
+        comment.append(f"predicted {shape.predicted_s * 1e6:.1f} us, limited by "
+                       f"{shape.bottleneck}")
+    wg = T * R if R > 0 else None
     ctx = {"title": f"{k.name}: row-fused kernel generated by tilec", "comment": comment,
-           "name": k.name, "args": [arg_decl(a) for a in args], "wg": T if T > 1 else None,
+           "name": k.name, "args": [arg_decl(a) for a in args],
+           "wg": wg,
            "decls": decls, "head": head, "body": body}
     text = template_env().get_template("rows.cl.j2").render(k=ctx)
     per_elem = sum(_ops(op.expr) if isinstance(op, ir.Elementwise) else 1 for op in k.ops
@@ -330,8 +333,17 @@ def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
     flops = k.rows * k.length * per_elem
     cost = (f"{k.name}: {how} ({k.rows} rows x {k.length}); intermediate full-shape tensors "
             f"not stored: {', '.join(n for n in t.full_names if n not in k.writes) or 'none'}")
-    return KernelSource(k.name, "row", text, tuple(args), k.rows * T if T > 1 else k.rows,
-                        T if T > 1 else None, {}, cost, flops)
+    if shape.note:
+        cost += f"; {shape.note}"
+    elif not math.isnan(shape.predicted_s):
+        cost += f"; predicted {shape.predicted_s * 1e6:.4g} us, limited by {shape.bottleneck}"
+    if len(ranked) > 1:  # what the model weighed: the next candidates
+        cost += "; next: " + ", ".join(
+            f"{s.threads}x{s.rows}" + (f" w{s.vec}" if s.vec > 1 else "")
+            + f" {s.predicted_s * 1e6:.4g} us" for s in ranked[1:4])
+    groups = -(-k.rows // R) if R > 0 else k.rows
+    total = groups * R * T if R > 0 else k.rows
+    return KernelSource(k.name, "row", text, tuple(args), total, wg, {}, cost, flops)
 
 
 def _ops(e: ir.Expr) -> int:

@@ -273,13 +273,42 @@ def _tune_elementwise(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Co
         run.total += len(sizes) - 1
     if base.kind == "attention":
         return _tune_attention(run, k, plan, hw, config, device, base)
-    if base.kind == "row":  # its local size is its threads per row: measured as planned
-        results = run.measure([Candidate(k.name, "row", "planned", (), None, base.local_size,
-                                         0, None, base)], first=True)
-        return _finish(k, plan, hw, config, device, results, results[0], None, None)
+    if base.kind == "row":
+        return _tune_rows(run, k, plan, hw, config, device)
     results = run.measure([Candidate(k.name, "elementwise", "lws", (), None, s, 0, None,
                                      with_local_size(base, s)) for s in sizes], first=True)
     return _finish(k, plan, hw, config, device, results, results[0], None, None)
+
+
+def _tune_rows(run: _Runner, k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,
+               device: DeviceKey) -> KernelTuning:
+    """The time model's top-k shapes of a row kernel (threads a row, rows a work-group, vector
+    width), its first choice first; graded like a contraction's tiles.  Without a prediction
+    (no peak or bandwidth known) the planned shape alone."""
+    from ..codegen.rows import row_source
+    from ..plan.row_shape import choose
+
+    first, ranked = choose(k, plan.program, hw, config.threads)
+    shapes = ranked[:config.top_k] if ranked else [first]
+    cands = []
+    for rank, s in enumerate(shapes):
+        src = row_source(k, plan.program, hw, shape=s)
+        pred = None if s.predicted_s != s.predicted_s else s.predicted_s  # NaN: none
+        cands.append(Candidate(k.name, "row", "shape", row_tile(s), s.threads, src.local_size,
+                               rank, None, src, pred, s.bottleneck))
+    run.total += len(cands) - 1
+    results = run.measure(cands, first=True)
+    ok = [m for m in results if m.status == "ok"]
+    rho = spearman([m.candidate.rank for m in ok], [m.seconds for m in ok]) \
+        if len(ok) > 1 else None
+    regret = (results[0].seconds / min(m.seconds for m in ok)  # type: ignore[operator]
+              if results[0].status == "ok" and ok else None)
+    return _finish(k, plan, hw, config, device, results, results[0], rho, regret)
+
+
+def row_tile(shape) -> tuple[tuple[str, int], ...]:
+    """A row shape as a record's tile (`codegen.generate` builds that shape again)."""
+    return (("threads", shape.threads), ("rows", shape.rows), ("vec", shape.vec))
 
 
 def _tune_attention(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
@@ -565,11 +594,12 @@ def describe(report: TuneReport) -> str:
             pred = "" if c.predicted is None else f"{c.predicted * 1e3:.4f}"
             lines.append(f"{mark} {c.rank + 1:>4}  {tile:<34} {c.local_size or 'auto':>6} "
                          f"{score:>8} {pred:>9} {secs:>10} {spread:>6} {rate:>9}  {status}")
-        if t.kind == "contraction":
+        if t.kind in ("contraction", "rows"):
+            what = "tiles" if t.kind == "contraction" else "shapes"
             rho = "n/a" if t.rho is None else f"{t.rho:+.3f}"
             regret = "n/a" if t.regret is None else f"{t.regret:.3f}"
-            lines.append(f"  rho {rho} (model rank vs measured rank of the top tiles)")
-            lines.append(f"  regret {regret} (model's first choice / best tile)")
+            lines.append(f"  rho {rho} (model rank vs measured rank of the top {what})")
+            lines.append(f"  regret {regret} (model's first choice / best {what[:-1]})")
         if (t.first is not None and t.best is t.first and t.regret is not None
                 and t.regret > 1.0):
             lines.append(f"  kept the model's first choice: the fastest was within the timing "

@@ -1,0 +1,290 @@
+"""How a row-fused kernel (`rows.RowKernel`) is laid over the device, chosen by predicted time.
+
+A shape is (threads a row, rows a work-group, elements a work-item takes at a time):
+
+- GPU: T threads share a row (each keeps its share in registers when it is at most
+  `MAX_SHARE` elements, else walks the row in memory), their partial results meet in a tree in
+  local memory (log2 T barrier steps a reduction); R rows a work-group, so that short rows still
+  make work-groups of a few warps.
+- CPU: one work-item owns a row and walks it W elements at a time (float vectors; W = 1 where
+  the statements do not vectorise), R rows a work-group (one core runs a work-group's rows one
+  after another; fewer groups cost less dispatch, more balance the cores).
+
+The time of each candidate, in seconds, with its limiting resource:
+
+    GPU: DRAM      = the tensors once / the DRAM bandwidth
+         rereads   = the later walks of rows not held in registers / the L2 bandwidth
+         latency   = waves x a group's lifetime, waves = groups / (resident groups x CUs)
+                     lifetime = MEM_LATENCY x dependent memory phases + STEP x barrier steps
+                     (Little's law: a compute unit has resident x R x T work-items' loads in
+                     flight; too few of them and the DRAM bandwidth is not reached)
+         compute   = elements x operations x walks / peak
+    CPU: compute   = waves x R x a row's cycles / clock + groups x group overhead / cores
+                     a row's cycles = each walk's L / W steps at the larger of the operations'
+                     issue (OPS_PER_CYCLE a cycle, EXP_OPS for an exp) and the reductions'
+                     dependency chain (REDUCE_LATENCY cycles a step)
+         DRAM      = the tensors once / the DRAM bandwidth; rereads from L2 where the rows of
+                     a core's work-group exceed L1
+    time = launch + |terms|_p
+
+The coefficients (MEM_LATENCY, STEP, the CPU's cycle counts) are this model's free parameters,
+from softmax and layer-norm sweeps on an H200 and the 2-core EPYC (BENCHMARKS.md); the device
+facts (CUs, bandwidths, peak, launch and work-group costs) are the hardware model's, measured
+by `tilec devices --calibrate`.  `tilec tune` times the candidates against these predictions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..lang import ir
+from .hw import HwModel
+from .rows import RowKernel
+
+MAX_THREADS = 256  # threads a work-group (R x T) at most
+MAX_SHARE = 16  # elements of a row one GPU thread keeps in registers
+
+# Operations whose OpenCL form works unchanged on float vectors with scalar row values mixed in.
+VECTOR_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "sigmoid",
+              "abs", "relu", "floor", "ceil", "sin", "cos", "erf")
+
+
+@dataclass(frozen=True)
+class RowCoefficients:
+    mem_latency_us: float = 2.4  # a dependent global read under load (GPU)
+    step_us: float = 0.03  # one barrier step of a reduction tree in local memory (GPU)
+    resident_groups: int = 32  # work-groups a compute unit holds at most (GPU)
+    overlap: float = 4.0  # p of the p-norm joining the terms
+    ops_per_cycle: float = 2.0  # vector operations a core issues a cycle (CPU)
+    exp_ops: float = 16.0  # operations an exp (log, erf, ...) costs (CPU: a library routine)
+    gpu_exp_ops: float = 4.0  # the same on a GPU (special-function unit)
+    reduce_latency: float = 4.0  # cycles between steps of one accumulator's chain (CPU)
+    launch_us: float = 5.0  # where the device was not calibrated
+    group_us: float = 0.05  # a CPU work-group's dispatch, where not calibrated
+
+
+DEFAULT = RowCoefficients()
+_TRANSCENDENTAL = ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
+
+
+@dataclass(frozen=True)
+class RowShape:
+    threads: int  # work-items a row
+    rows: int  # rows a work-group
+    vec: int  # elements a work-item takes at a time (threads == 1)
+    predicted_s: float = math.nan
+    bottleneck: str = ""
+    note: str = ""  # where the shape came from, when not from the model (a tuning record)
+
+    def describe(self) -> str:
+        how = (f"{self.threads} threads a row" if self.threads > 1 else "one work-item a row"
+               + (f", {self.vec} elements at a time" if self.vec > 1 else ""))
+        return f"{how}, {self.rows} row{'s' if self.rows > 1 else ''} a work-group"
+
+
+def full_statements(k: RowKernel, program: ir.Program) -> list[str]:
+    return [op.output for op in k.ops if isinstance(op, ir.Elementwise)
+            and program.tensors[op.output].shape == k.full]
+
+
+def _names(k: RowKernel) -> set[str]:
+    return {n for op in k.ops for n in (op.output, *(
+        [op.inputs[0].tensor] if isinstance(op, ir.Contraction) else ir.expr_refs(op.expr)))}
+
+
+def _vector_safe(e: ir.Expr) -> bool:
+    if isinstance(e, ir.Op):
+        return e.op in VECTOR_OPS and all(_vector_safe(a) for a in e.args)
+    return True
+
+
+def vector_walk(k: RowKernel, program: ir.Program) -> bool:
+    """Whether one work-item may walk the row in float vectors: the row is the last axis and
+    every tensor float32 (a scalar loop with a max or a sum does not vectorise by itself: the
+    compiler may not reorder float operations)."""
+    stmt = {op.output: op for op in k.ops}
+    n = len(k.full)
+    return (k.axes == (n - 1,) and all(program.tensors[x].dtype == "float32" for x in _names(k))
+            and all(_vector_safe(stmt[x].expr) for x in full_statements(k, program)))
+
+
+def share(k: RowKernel, threads: int) -> int:
+    """Elements of the row each thread keeps in registers (0: the row is walked in memory)."""
+    s = -(-k.length // threads)
+    return s if threads > 1 and s <= MAX_SHARE else 0
+
+
+# -- candidates ----------------------------------------------------------------------------------
+
+def candidates(k: RowKernel, program: ir.Program, hw: HwModel,
+               threads: int | None = None) -> list[RowShape]:
+    """Every shape the codegen can make for this kernel on this device; `threads` (Config.
+    threads) caps the threads a work-group."""
+    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, threads or MAX_THREADS)
+    cap = 1 << int(math.log2(max(1, cap)))
+    out = []
+    if hw.kind == "cpu":
+        widths = [1]
+        if vector_walk(k, program):
+            widths += [w for w in (4, 8, 16) if w <= hw.vec_size and w <= k.length]
+        for w in widths:
+            for r in (1, 4, 16, 64):
+                if r <= cap and (r == 1 or r <= k.rows):
+                    out.append(RowShape(1, r, w))
+        return out
+    longest = 1 << max(0, math.ceil(math.log2(max(1, k.length))))
+    for t in (4, 8, 16, 32, 64, 128, 256):
+        if t > cap or (t > 32 and t > longest):
+            continue
+        for r in (1, 2, 4, 8, 16):
+            wg = r * t
+            if wg > cap or (r > 1 and r > k.rows) or (wg < 32 and k.rows >= 32 // t):
+                continue
+            out.append(RowShape(t, r, 1))
+    return out
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+def _ops(e: ir.Expr, exp_ops: float) -> float:
+    if not isinstance(e, ir.Op):
+        return 0.0
+    own = exp_ops if e.op in _TRANSCENDENTAL else 1.0
+    return own + sum(_ops(a, exp_ops) for a in e.args)
+
+
+def _walks(k: RowKernel, program: ir.Program, exp_ops: float) -> list[tuple[float, bool]]:
+    """Per walk over the row: (operations an element, whether it feeds a reduction)."""
+    stmt = {op.output: op for op in k.ops}
+    full = set(full_statements(k, program))
+
+    def cost(names: set[str]) -> float:
+        need, todo = set(), list(names)
+        while todo:
+            n = todo.pop()
+            if n in full and n not in need:
+                need.add(n)
+                todo += list(ir.expr_refs(stmt[n].expr))
+        return sum(_ops(stmt[n].expr, exp_ops) for n in need)
+
+    out = [(cost({op.inputs[0].tensor}) + 1.0, True) for op in k.ops
+           if isinstance(op, ir.Contraction)]
+    writes = [n for n in k.writes if n in full] or [n for n in k.produces if n in full][-1:]
+    if writes:
+        out.append((cost(set(writes)), False))
+    return out
+
+
+def _bytes(k: RowKernel, program: ir.Program) -> tuple[float, float]:
+    """(bytes of full-shape inputs, bytes of everything else read or written once)."""
+    t = program.tensors
+    size = {n: t[n].size * _elem(t[n].dtype) for n in k.reads() | set(k.writes)}
+    full_in = sum(v for n, v in size.items() if n in k.reads() and t[n].shape == k.full)
+    return float(full_in), float(sum(size.values()) - full_in)
+
+
+def _elem(dtype: str) -> int:
+    return {"float16": 2, "float64": 8, "int64": 8, "int8": 1, "uint8": 1, "bool": 1,
+            "int16": 2, "uint16": 2}.get(dtype, 4)
+
+
+def predict(k: RowKernel, program: ir.Program, hw: HwModel, shape: RowShape,
+            coeff: RowCoefficients = DEFAULT) -> RowShape:
+    """`shape` with its predicted seconds and limiting resource."""
+    full_in, other = _bytes(k, program)
+    dram = (full_in + other) / (hw.bandwidth_gbs * 1e9)
+    launch = (hw.launch_us or coeff.launch_us) * 1e-6
+    terms = _gpu_terms(k, program, hw, shape, coeff, full_in, dram) if hw.kind != "cpu" \
+        else _cpu_terms(k, program, hw, shape, coeff, full_in, dram)
+    terms = {n: v * _correction(hw, n) for n, v in terms.items()}
+    p = coeff.overlap
+    body = sum(v ** p for v in terms.values()) ** (1.0 / p)
+    limit = max(terms, key=lambda n: terms[n])
+    if launch * hw.correct_launch > body:
+        limit = "launch"
+    return RowShape(shape.threads, shape.rows, shape.vec,
+                    body + launch * hw.correct_launch, limit)
+
+
+def _correction(hw: HwModel, term: str) -> float:
+    return {"compute": hw.correct_compute, "latency": hw.correct_compute,
+            "DRAM": hw.correct_dram, "L2": hw.correct_l2}.get(term, 1.0)
+
+
+def _gpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
+    T, R = shape.threads, shape.rows
+    cus = hw.compute_units or max(1, hw.goal_groups // 4)
+    walks = _walks(k, program, coeff.gpu_exp_ops)
+    held = share(k, T) > 0
+    # Rows held in registers are read once; others once a walk, the later walks from L2.
+    rereads = 0.0 if held else full_in * (len(walks) - 1)
+    l2 = rereads / ((hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9)
+    groups = -(-k.rows // R)
+    per_cu_threads = 2 * (hw.max_work_group_size or 1024)
+    resident = max(1, min(coeff.resident_groups, per_cu_threads // (R * T)))
+    waves = math.ceil(groups / (resident * cus))
+    reductions = sum(1 for op in k.ops if isinstance(op, ir.Contraction))
+    steps = reductions * (int(math.log2(T)) + 2) if T > 1 else 0
+    elems = -(-k.length // T)
+    # Dependent memory phases: one load of the held share; walking in memory, each element a
+    # thread reads in a walk waits for the previous one, four reads kept in flight.
+    phases = 1.0 if held else len(walks) * max(1.0, elems / 4)
+    lifetime = (coeff.mem_latency_us * phases + coeff.step_us * steps) * 1e-6
+    ops = sum(o for o, _ in walks) * k.rows * k.length
+    compute = ops / (hw.peak_gflops * 1e9 / 2)  # peak counts a mul-add as two
+    return {"DRAM": dram, "L2": l2, "latency": waves * lifetime, "compute": compute}
+
+
+def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
+    W, R = shape.vec, shape.rows
+    cores = hw.compute_units or 1
+    full_speed = hw.muladd_vec or hw.vec_size or 1
+    # The clock at which two mul-add pipes of full-speed vectors reach the peak.
+    clock = hw.peak_gflops * 1e9 / (cores * 2 * 2 * full_speed)
+    cycles = 0.0
+    for ops, reduces in _walks(k, program, coeff.exp_ops):
+        # A W-wide vector narrower than the full-speed width takes one instruction; wider
+        # ones take W / full_speed.
+        per_step = ops * max(1.0, W / full_speed) / coeff.ops_per_cycle
+        if reduces:
+            per_step = max(per_step, coeff.reduce_latency)
+        cycles += math.ceil(k.length / W) * per_step + (k.length % W) * coeff.reduce_latency
+    groups = -(-k.rows // R)
+    waves = math.ceil(groups / cores)
+    dispatch = groups * (hw.group_us or coeff.group_us) * 1e-6 / cores
+    compute = waves * R * cycles / clock + dispatch
+    row_bytes = full_in / max(1, k.rows) * R
+    reread = full_in * (len(_walks(k, program, 1.0)) - 1)
+    cache = hw.l1_gbs if row_bytes <= (hw.l1_bytes or 32768) else hw.l2_gbs
+    l1 = reread / ((cache or 4 * hw.bandwidth_gbs) * 1e9)
+    return {"compute": compute, "DRAM": dram, "L1": l1}
+
+
+def can_predict(hw: HwModel) -> bool:
+    return hw.peak_gflops > 0 and hw.bandwidth_gbs > 0
+
+
+def rule(k: RowKernel, program: ir.Program, hw: HwModel, threads: int | None = None) -> RowShape:
+    """The shape where the device's peak and bandwidth are unknown: on a CPU a work-item a row
+    at the widest vector (work-groups left to the driver: rows 0); on a GPU about eight
+    elements a thread, 32 to 256, a row a work-group."""
+    if hw.kind == "cpu":
+        return RowShape(1, 0, hw.vec_size if vector_walk(k, program) and
+                        k.length >= hw.vec_size else 1)
+    want = max(32, 1 << max(0, math.ceil(math.log2(max(1, k.length / 8)))))
+    cap = min(MAX_THREADS, hw.max_work_group_size or MAX_THREADS, max(hw.threads, 32),
+              threads or MAX_THREADS)
+    return RowShape(max(1, min(want, 1 << int(math.log2(cap)))), 1, 1)
+
+
+def choose(k: RowKernel, program: ir.Program, hw: HwModel, threads: int | None = None,
+           coeff: RowCoefficients = DEFAULT) -> tuple[RowShape, list[RowShape]]:
+    """The fastest predicted shape and every candidate with its prediction, fastest first
+    (ties: fewer threads a row, then fewer rows a group, then the narrower vector); without a
+    peak and a bandwidth, `rule`'s shape alone."""
+    if not can_predict(hw):
+        return rule(k, program, hw, threads), []
+    ranked = sorted((predict(k, program, hw, s, coeff)
+                     for s in candidates(k, program, hw, threads)),
+                    key=lambda s: (s.predicted_s, s.threads, s.rows, s.vec))
+    return ranked[0], ranked
