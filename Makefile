@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/tilec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[pocl,test]"
+	$(BIN)/python -m pip install -q -e ".[pocl,test,cluster]"
 	bash .ci/ensure-opencl $(BIN)/python
 	touch $(BIN)/tilec
 

@@ -59,12 +59,17 @@ class Graph(GraphBase):
         and compile into kernels for one device.  A compile that takes more than a couple of
         seconds shows its progress on a terminal (stderr), unless `quiet`."""
         with _progress(progress, quiet, f"compiling {self.name}") as bar:
-            g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
-            if passes:
-                g = optimize(self, None if passes is True else passes)
+            g = self.optimized(passes)
             step(bar, "passes")
             return GraphExecutable.build(g, device=device, hw=hw, config=config,
                                          validate=validate, progress=bar)
+
+    def optimized(self, passes: bool | Sequence[str] = True) -> Graph:
+        """The graph `compile` lowers (`tilec tune` tunes the kernels of its program)."""
+        g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
+        if passes:
+            g = optimize(self, None if passes is True else passes)
+        return g  # type: ignore[return-value]
 
 
 class GraphExecutable:

@@ -75,18 +75,29 @@ def describe(device) -> DeviceInfo:
                       device.version.strip(), device.driver_version.strip(), kind)
 
 
+def split_index(spec: str) -> tuple[str, int]:
+    """A device spec's text and index: "NVIDIA#1" is the second device whose label contains
+    "NVIDIA" (identical GPUs share a label, and a worker that owns one of them names it so);
+    a spec without "#N" is the first."""
+    text, sep, index = spec.rpartition("#")
+    if sep and index.isdigit():
+        return text, int(index)
+    return spec, 0
+
+
 def choose_device(spec: str | None = None):
-    """The device whose "platform: device" text contains `spec` (case-insensitive); without a
-    spec, a GPU if there is one, else a CPU.  Among devices of one kind, one that computes every
-    vector width correctly is preferred over one that needs narrower vectors (`probe_result`)."""
+    """The device whose "platform: device" text contains `spec` (case-insensitive; "TEXT#N":
+    the N-th such device, from 0); without a spec, a GPU if there is one, else a CPU.  Among
+    devices of one kind, one that computes every vector width correctly is preferred over one
+    that needs narrower vectors (`probe_result`)."""
     devices = all_devices()
     if spec:
-        want = spec.lower()
-        found = [d for d in devices if want in describe(d).label.lower()]
-        if not found:
+        want, index = split_index(spec)
+        found = [d for d in devices if want.lower() in describe(d).label.lower()]
+        if len(found) <= index:
             names = "; ".join(describe(d).label for d in devices)
             raise DeviceError(f"no OpenCL device matches {spec!r} (devices: {names})")
-        return found[0]
+        return found[index]
     failures = []
     for kind in ("gpu", "cpu", "other"):
         usable = []

@@ -32,7 +32,7 @@ import numpy as np
 from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
 from ..codegen.generate import generate, with_local_size
 from ..config import Config
-from ..errors import DeviceError, Source
+from ..errors import DeviceError, Source, TileError
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
@@ -156,37 +156,88 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
                         lws=lws, lws_tiles=lws_tiles, budget=budget, repeat=repeat,
                         warmup=warmup, copies=copies, timer=timer, progress=bar, save=save,
                         seed=seed)
-    from ..lang.api import check_program
-
     start = time.monotonic()
-    config = config or Config()
-    if top_k is not None:
-        config = replace(config, top_k=top_k)
-    program = check_program(source, shapes, dtype)
-    runtime = Runtime.get(config.device)
-    model = hw_model_for(hw, config, runtime)
-    plan = plan_kernels(program, rows=config.row_fusion,
-                        attention=fuse_attention(config, model))
-    sources, searches = generate(plan, model, config)
-    bench = _Bench(runtime, plan, sources, config, copies=copies, seed=seed)
-    device = DeviceKey.from_info(runtime.info)
+    prep = Prepared(source, shapes, dtype, config, hw, top_k, copies=copies, seed=seed)
     deadline = None if budget is None else start + budget
-    run = _Runner(bench, timer, progress, deadline, warmup, repeat)
-    run.total = sum(len(searches[k.name].top) if searches.get(k.name) else 1  # type: ignore
-                    for k in plan.kernels)
-    tunings = []
-    for k in plan.kernels:
-        if isinstance(k, ContractionKernel):
-            tunings.append(_tune_contraction(run, k, plan, model, config, searches.get(k.name),
-                                             lws, lws_tiles, device))
-        else:
-            tunings.append(_tune_elementwise(run, k, plan, model, config, lws, device))
+    run = _Runner(prep.bench, timer, progress, deadline, warmup, repeat)
+    run.total = sum(prep.candidates(k) for k in prep.plan.kernels)
+    tunings = [_tune_one(run, prep, k, lws, lws_tiles) for k in prep.plan.kernels]
     path = None
     records = [t.record for t in tunings if t.record is not None]
     if save and records:
-        path = default_path(config)
+        path = default_path(prep.config)
         RecordStore(path).append(records)
-    return TuneReport(device, model.name, tuple(tunings), path, time.monotonic() - start)
+    return TuneReport(prep.device, prep.model.name, tuple(tunings), path,
+                      time.monotonic() - start)
+
+
+class Prepared:
+    """One program checked, planned and searched for the config's device: what each of its
+    kernels' tuning starts from.  The bench (the program's buffers, inputs and reference
+    outputs) is made on first use, so that planning alone, which a cluster asks a worker for
+    before it hands out the kernels, costs no device memory and no reference run."""
+
+    def __init__(self, source: str | Source, shapes: Mapping[str, Sequence[int]] | None,
+                 dtype: str | Mapping[str, str] = "float32", config: Config | None = None,
+                 hw: HwModel | str | None = None, top_k: int | None = None, *,
+                 copies: int = 3, seed: int = 0):
+        from ..lang.api import check_program
+
+        config = config or Config()
+        if top_k is not None:
+            config = replace(config, top_k=top_k)
+        self.config = config
+        self.program = check_program(source, shapes, dtype)
+        self.runtime = Runtime.get(config.device)
+        self.model = hw_model_for(hw, config, self.runtime)
+        self.plan = plan_kernels(self.program, rows=config.row_fusion,
+                                 attention=fuse_attention(config, self.model))
+        self.sources, self.searches = generate(self.plan, self.model, config)
+        self.device = DeviceKey.from_info(self.runtime.info)
+        self.copies, self.seed = copies, seed
+        self._bench: _Bench | None = None
+
+    @property
+    def bench(self) -> _Bench:
+        if self._bench is None:
+            self._bench = _Bench(self.runtime, self.plan, self.sources, self.config,
+                                 copies=self.copies, seed=self.seed)
+        return self._bench
+
+    def release(self) -> None:
+        """Free the bench's device buffers (it is made again if needed)."""
+        self._bench = None
+
+    def kernel(self, name: str):
+        found = [k for k in self.plan.kernels if k.name == name]
+        if not found:
+            raise TileError(f"the program has no kernel {name!r} (kernels: "
+                            f"{', '.join(k.name for k in self.plan.kernels)})")
+        return found[0]
+
+    def candidates(self, kernel) -> int:
+        """The kernel's first round of candidates (local sizes add more as they are found)."""
+        search = self.searches.get(kernel.name)
+        return len(search.top) if search else 1
+
+
+def tune_kernel(prep: Prepared, name: str, *, lws: bool = False, lws_tiles: int = 2,
+                deadline: float | None = None, repeat: int = 5, warmup: int = 2,
+                timer: Timer | None = None, progress: Progress | None = None) -> KernelTuning:
+    """Tune one kernel of a prepared program alone (its candidates timed together, as `tune`
+    times them); `deadline` is a `time.monotonic()` past which only the first candidate is
+    measured.  Nothing is saved: the caller keeps the record."""
+    k = prep.kernel(name)
+    run = _Runner(prep.bench, timer, progress, deadline, warmup, repeat)
+    run.total = prep.candidates(k)
+    return _tune_one(run, prep, k, lws, lws_tiles)
+
+
+def _tune_one(run: _Runner, prep: Prepared, k, lws: bool, lws_tiles: int) -> KernelTuning:
+    if isinstance(k, ContractionKernel):
+        return _tune_contraction(run, k, prep.plan, prep.model, prep.config,
+                                 prep.searches.get(k.name), lws, lws_tiles, prep.device)
+    return _tune_elementwise(run, k, prep.plan, prep.model, prep.config, lws, prep.device)
 
 
 # -- per kernel ----------------------------------------------------------------------------------
@@ -615,5 +666,5 @@ def describe(report: TuneReport) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Candidate", "KernelTuning", "Measurement", "TuneReport", "describe", "spearman",
-           "tune", "variant"]
+__all__ = ["Candidate", "KernelTuning", "Measurement", "Prepared", "TuneReport", "describe",
+           "spearman", "tune", "tune_kernel", "variant"]
