@@ -291,7 +291,11 @@ class _Driver:
     def _register(self, device: str | None) -> list[str]:
         from ..runtime.device import split_index
 
-        self.client.register_plugin(DevicePlugin(device))
+        statuses = self.client.register_plugin(DevicePlugin(device)) or {}
+        for addr, status in sorted(statuses.items()):
+            if isinstance(status, dict) and status.get("status", "OK") != "OK":
+                self.ledger.events.append(f"worker {addr} could not open a device: "
+                                          f"{status.get('exception', status)}")
         text = split_index(device or "")[0].lower()
         kinds = []
         for addr, about in sorted(self.client.run(_about).items()):

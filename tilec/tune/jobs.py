@@ -252,12 +252,14 @@ class Ledger:
 
     def summary(self) -> list[str]:
         tuned = [r for r in self.results if r.tuning is not None]
-        by_worker: dict[str, int] = {}
+        by_worker: dict[str, tuple[int, float]] = {}  # kernels, seconds busy
         for r in tuned:
-            by_worker[r.worker or "here"] = by_worker.get(r.worker or "here", 0) + 1
+            n, busy = by_worker.get(r.worker or "here", (0, 0.0))
+            by_worker[r.worker or "here"] = (n + 1, busy + r.seconds)
+        workers = ", ".join(f"{w}: {n} in {busy:.1f} s" for w, (n, busy) in
+                            sorted(by_worker.items()))
         lines = [f"tuned {len(tuned)} kernels in {time.monotonic() - self.start:.1f} s"
-                 + (f" ({', '.join(f'{w}: {n}' for w, n in sorted(by_worker.items()))})"
-                    if by_worker else "")
+                 + (f" ({workers})" if workers else "")
                  + f"; {self.skipped} already had records (skipped), {self.duplicates} "
                    "repeated kernels tuned once"]
         lines += self.events
