@@ -286,3 +286,27 @@ def test_cli_tunes_files_and_graphs_on_a_local_cluster_and_resumes(tmp_path, cap
     g = load_graph(str(script), {}, {}).optimized()
     exe = GraphExecutable.build(g, config=Config(records_path=records))
     assert exe.executable is not None and exe.executable.tuned
+
+
+@needs_device
+def test_cli_tunes_an_onnx_model_in_process_and_its_compile_uses_the_records(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import tilec.onnx.importer as tonnx
+
+    w = numpy_helper.from_array(np.arange(16 * 8, dtype=np.float32).reshape(16, 8) / 64, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
+    path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    records = tmp_path / "r.jsonl"
+    assert main(["tune", str(path), str(EXAMPLES / "softmax.tile"), "--top-k", "2",
+                 "--repeat", "2", "--records", str(records), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned 2 kernels" in out and "(here: 2 in" in out and "2 records appended" in out
+    exe = tonnx.load(str(path), config=Config(records_path=records), quiet=True)
+    assert exe.last is not None and exe.last.executable.tuned
