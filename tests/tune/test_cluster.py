@@ -188,6 +188,19 @@ def test_a_cluster_in_process_records_what_one_worker_records(tmp_path):
         cluster.tune_on(c, example_jobs(config), settings, again)
         assert again.results == [] and again.skipped == len(one.results)
 
+        # Interrupted after the first kernel: that record is kept, and the next run resumes.
+        def interrupt(result: KernelResult) -> None:
+            raise KeyboardInterrupt
+
+        cut = Ledger(RecordStore(tmp_path / "cut.jsonl"))
+        with pytest.raises(KeyboardInterrupt):
+            cluster.tune_on(c, example_jobs(config), settings, cut, on_result=interrupt)
+        assert len(RecordStore(tmp_path / "cut.jsonl").load()) == 1
+        resumed = Ledger(RecordStore(tmp_path / "cut.jsonl"))
+        cluster.tune_on(c, example_jobs(config), settings, resumed)
+        assert resumed.skipped == 1 and len(resumed.results) == len(one.results) - 1
+        assert {**choices(cut), **choices(resumed)} == choices(one)
+
 
 @needs_device
 def test_two_worker_processes_choose_as_one_within_the_timing_noise(tmp_path, monkeypatch):
