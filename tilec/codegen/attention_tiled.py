@@ -25,8 +25,12 @@ rows and NaN: as the row form (see `attention`)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from ..lang import ir
 from ..plan.attention import AttentionKernel
+from ..plan.attention_time import Form, choose
 from ..plan.hw import HwModel
 from . import clexpr
 from .attention import (
@@ -36,6 +40,7 @@ from .attention import (
     decode,
     join_offsets,
     linear,
+    shape_for,
     size_of,
     strides_of,
 )
@@ -64,16 +69,45 @@ def tiled_rows(D: int, E: int, hw: HwModel) -> int | None:
     return None
 
 
-def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
-                     rows: int | None = None) -> KernelSource:
-    """The tiled form where it fits (and no row count is forced), else the row form."""
+def attention_forms(k: AttentionKernel, hw: HwModel) -> list[Form]:
+    """Every form this kernel can take on this device: the tiled one where it fits, then the
+    row form at 16 to 128 query rows a work-group (each once)."""
     D, E = size_of(k, k.depth), size_of(k, k.values)
+    out = []
     ty = tiled_rows(D, E, hw)
-    if rows is not None or ty is None:
+    if ty is not None:
+        out.append(Form("tiled", ty * RM, TX * ty, local_floats(D, E, ty) * 4))
+    seen = set()
+    for want in (16, 32, 64, 128):
+        rows, keys = shape_for(k, hw, want)
+        if rows not in seen:
+            seen.add(rows)
+            out.append(Form("rows", rows, rows, keys * (D + E) * 4))
+    return out
+
+
+def attention_kernel(k: AttentionKernel, program: ir.Program, hw: HwModel,
+                     rows: int | None = None, form: Form | None = None) -> KernelSource:
+    """The kernel in `form`; with `rows` (forced), the row form with that many query rows a
+    group; otherwise the form the time model predicts fastest (`plan.attention_time`)."""
+    ranked: list[Form] = []
+    if form is None and rows is not None:
         return attention_source(k, program, hw, rows)
-    t = AttentionText(k, program, ty * RM, BN, muladd=hw.muladd)
-    decls, body = tiled_body(t, k, ty)
-    return assemble(k, program, t, decls, body, TX * ty, tiled=True)
+    if form is None:
+        form, ranked = choose(k, hw, attention_forms(k, hw))
+    if form.form == "rows":
+        src = attention_source(k, program, hw, form.rows)
+    else:
+        ty = form.rows // RM
+        t = AttentionText(k, program, ty * RM, BN, muladd=hw.muladd)
+        decls, body = tiled_body(t, k, ty)
+        src = assemble(k, program, t, decls, body, TX * ty, tiled=True)
+    if not math.isnan(form.predicted_s):
+        src = replace(src, cost=src.cost + f"; predicted {form.predicted_s * 1e6:.4g} us, "
+                      f"limited by {form.bottleneck}" + ("; next: " + ", ".join(
+                          f"{f.describe()} {f.predicted_s * 1e6:.4g} us" for f in ranked[1:4])
+                          if len(ranked) > 1 else ""))
+    return src
 
 
 def tiled_body(t: AttentionText, k: AttentionKernel, ty: int) -> tuple[list[str], list[str]]:

@@ -12,12 +12,13 @@ from typing import Any
 from ..config import Config
 from ..errors import TileError
 from ..plan.attention import AttentionKernel
+from ..plan.attention_time import Form
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
-from .attention_tiled import attention_kernel
+from .attention_tiled import attention_forms, attention_kernel
 from .contraction import KernelSource, contraction_source, plain_vector_access
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
@@ -92,10 +93,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sources.append(row_source(k, plan.program, hw, config.threads,
                                       _record_shape(k, plan, hw, config, tuned)))
         elif isinstance(k, AttentionKernel):
-            rows = config.threads
-            if rows is None and tuned and k.name in tuned:
-                rows = tuned[k.name].threads  # a measured row form (`tune.measure`)
-            sources.append(attention_kernel(k, plan.program, hw, rows))
+            sources.append(attention_kernel(k, plan.program, hw, config.threads,
+                                            _record_form(k, hw, config, tuned)))
         else:
             src = elementwise_source(k, plan.program)
             if tuned and k.name in tuned:
@@ -116,6 +115,20 @@ def _record_shape(k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,
         if want == {"threads": s.threads, "rows": s.rows, "vec": s.vec}:
             return replace(s, note=f"tuned: measured {rec.seconds * 1e3:.4g} ms on "
                            f"{rec.device.device}")
+    return None
+
+
+def _record_form(k: AttentionKernel, hw: HwModel, config: Config,
+                 tuned: Mapping[str, TuneRecord] | None) -> Form | None:
+    """An attention kernel's measured form from a tuning record, when it is still one the
+    kernel can take (a forced row count, Config.threads, wins)."""
+    rec = tuned.get(k.name) if tuned else None
+    if rec is None or config.threads is not None:
+        return None
+    want = dict(rec.tile)
+    for f in attention_forms(k, hw):
+        if want == {"tiled": int(f.form == "tiled"), "rows": f.rows}:
+            return f
     return None
 
 

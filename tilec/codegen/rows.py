@@ -339,7 +339,7 @@ def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
         cost += f"; predicted {shape.predicted_s * 1e6:.4g} us, limited by {shape.bottleneck}"
     if len(ranked) > 1:  # what the model weighed: the next candidates
         cost += "; next: " + ", ".join(
-            f"{s.threads}x{s.rows}" + (f" w{s.vec}" if s.vec > 1 else "")
+            f"{s.threads} thr x {s.rows} rows" + (f" x {s.vec} wide" if s.vec > 1 else "")
             + f" {s.predicted_s * 1e6:.4g} us" for s in ranked[1:4])
     groups = -(-k.rows // R) if R > 0 else k.rows
     total = groups * R * T if R > 0 else k.rows

@@ -12,12 +12,12 @@ A shape is (threads a row, rows a work-group, elements a work-item takes at a ti
 
 The time of each candidate, in seconds, with its limiting resource:
 
-    GPU: DRAM      = the tensors once / the DRAM bandwidth
-         rereads   = the later walks of rows not held in registers / the L2 bandwidth
-         latency   = waves x a group's lifetime, waves = groups / (resident groups x CUs)
-                     lifetime = MEM_LATENCY x dependent memory phases + STEP x barrier steps
-                     (Little's law: a compute unit has resident x R x T work-items' loads in
-                     flight; too few of them and the DRAM bandwidth is not reached)
+    GPU: DRAM      = the tensors once / the bandwidth reached, + the later walks of rows not
+                     held in registers / the L2's; Little's law: reached = bytes in flight /
+                     (MEM_LATENCY + bytes in flight / DRAM bandwidth), where the resident
+                     work-items each have their share of a held row, or IN_FLIGHT reads of a
+                     walked one, in flight
+         latency   = waves x barrier steps x STEP, waves = groups / (resident groups x CUs)
          compute   = elements x operations x walks / peak
     CPU: compute   = waves x R x a row's cycles / clock + groups x group overhead / cores
                      a row's cycles = each walk's L / W steps at the larger of the operations'
@@ -51,7 +51,9 @@ VECTOR_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "
 
 @dataclass(frozen=True)
 class RowCoefficients:
-    mem_latency_us: float = 2.4  # a dependent global read under load (GPU)
+    mem_latency_us: float = 0.7  # a global read without load (GPU)
+    in_flight: float = 8.0  # reads a work-item walking a row keeps in flight (GPU)
+    sector_bytes: float = 32.0  # a GPU's smallest memory transaction
     step_us: float = 0.03  # one barrier step of a reduction tree in local memory (GPU)
     resident_groups: int = 32  # work-groups a compute unit holds at most (GPU)
     overlap: float = 4.0  # p of the p-norm joining the terms
@@ -146,26 +148,35 @@ def candidates(k: RowKernel, program: ir.Program, hw: HwModel,
 
 # -- the model -----------------------------------------------------------------------------------
 
-def _ops(e: ir.Expr, exp_ops: float) -> float:
-    if not isinstance(e, ir.Op):
+def _ops(e: ir.Expr, exp_ops: float, along) -> float:
+    """Operations an element costs; parts that do not vary along the row (a normalisation's
+    `sqrt(Q / C + eps)`) are computed once a row by the compiler and cost nothing here."""
+    if not isinstance(e, ir.Op) or not any(along(n) for n in ir.expr_refs(e)):
         return 0.0
     own = exp_ops if e.op in _TRANSCENDENTAL else 1.0
-    return own + sum(_ops(a, exp_ops) for a in e.args)
+    return own + sum(_ops(a, exp_ops, along) for a in e.args)
 
 
 def _walks(k: RowKernel, program: ir.Program, exp_ops: float) -> list[tuple[float, bool]]:
     """Per walk over the row: (operations an element, whether it feeds a reduction)."""
     stmt = {op.output: op for op in k.ops}
     full = set(full_statements(k, program))
+    n = len(k.full)
+
+    def along(name: str) -> bool:  # the tensor varies along the row's axes
+        if name in full:
+            return True
+        shape = (1,) * (n - len(program.tensors[name].shape)) + program.tensors[name].shape
+        return any(shape[d] > 1 for d in k.axes)
 
     def cost(names: set[str]) -> float:
         need, todo = set(), list(names)
         while todo:
-            n = todo.pop()
-            if n in full and n not in need:
-                need.add(n)
-                todo += list(ir.expr_refs(stmt[n].expr))
-        return sum(_ops(stmt[n].expr, exp_ops) for n in need)
+            x = todo.pop()
+            if x in full and x not in need:
+                need.add(x)
+                todo += list(ir.expr_refs(stmt[x].expr))
+        return sum(_ops(stmt[x].expr, exp_ops, along) for x in need)
 
     out = [(cost({op.inputs[0].tensor}) + 1.0, True) for op in k.ops
            if isinstance(op, ir.Contraction)]
@@ -214,25 +225,34 @@ def _correction(hw: HwModel, term: str) -> float:
 def _gpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
     T, R = shape.threads, shape.rows
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
+    bw = hw.bandwidth_gbs * 1e9
     walks = _walks(k, program, coeff.gpu_exp_ops)
-    held = share(k, T) > 0
-    # Rows held in registers are read once; others once a walk, the later walks from L2.
-    rereads = 0.0 if held else full_in * (len(walks) - 1)
-    l2 = rereads / ((hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9)
+    held = share(k, T)
     groups = -(-k.rows // R)
     per_cu_threads = 2 * (hw.max_work_group_size or 1024)
     resident = max(1, min(coeff.resident_groups, per_cu_threads // (R * T)))
+    live = min(groups, resident * cus) * R * T  # work-items resident at once
+    # Little's law: the bytes in flight over the loaded latency (the unloaded one plus the
+    # queue those bytes make) give the bandwidth reached.  A held row is loaded at once (its
+    # share); a walked row keeps IN_FLIGHT reads a work-item in flight.
+    n_full = max(1, round(full_in / max(1, k.rows * k.length * 4)))
+    per_item = held * n_full if held else coeff.in_flight
+    flight = live * min(per_item, -(-k.length // T)) * 4.0
+    reached = flight / (coeff.mem_latency_us * 1e-6 + flight / bw)
+    # Fewer threads a row than a memory transaction's floats: a warp's read touches each row's
+    # transaction partly, and the rest of it is fetched again by the next read.
+    reached *= min(1.0, T * 4 / coeff.sector_bytes)
+    # Rows held in registers are read once; others once a walk, the later walks from L2.
+    rereads = 0.0 if held else full_in * (len(walks) - 1)
+    memory = dram * bw / reached + rereads / min((hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9,
+                                                 reached * 2)
     waves = math.ceil(groups / (resident * cus))
     reductions = sum(1 for op in k.ops if isinstance(op, ir.Contraction))
     steps = reductions * (int(math.log2(T)) + 2) if T > 1 else 0
-    elems = -(-k.length // T)
-    # Dependent memory phases: one load of the held share; walking in memory, each element a
-    # thread reads in a walk waits for the previous one, four reads kept in flight.
-    phases = 1.0 if held else len(walks) * max(1.0, elems / 4)
-    lifetime = (coeff.mem_latency_us * phases + coeff.step_us * steps) * 1e-6
+    sync = waves * steps * coeff.step_us * 1e-6
     ops = sum(o for o, _ in walks) * k.rows * k.length
     compute = ops / (hw.peak_gflops * 1e9 / 2)  # peak counts a mul-add as two
-    return {"DRAM": dram, "L2": l2, "latency": waves * lifetime, "compute": compute}
+    return {"DRAM": memory, "latency": sync, "compute": compute}
 
 
 def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:

@@ -364,21 +364,37 @@ def row_tile(shape) -> tuple[tuple[str, int], ...]:
 
 def _tune_attention(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
                     device: DeviceKey, base: KernelSource) -> KernelTuning:
-    """The planned form, then the row form at 16 to 128 query rows a work-group (a record
-    keeps the rows as its `threads`; `codegen.generate` builds that form again)."""
-    from ..codegen.attention import attention_source
+    """Every form the kernel can take (tiled; one work-item a query row at 16 to 128 rows a
+    work-group), the time model's first choice first where it predicts, graded like tiles.  A
+    record keeps the form and rows as its tile; `codegen.generate` builds that form again."""
+    from ..codegen.attention_tiled import attention_forms, attention_kernel
+    from ..plan.attention_time import choose
 
-    cands = [Candidate(k.name, "attention", "planned", (), None, base.local_size, 0, None,
-                       base)]
+    forms = attention_forms(k, hw)
+    first, ranked = choose(k, hw, forms)
+    ranked = ranked or [first] + [f for f in forms if f != first]
     limit = run.bench.runtime.max_wg
-    for rows in (16, 32, 64, 128):
-        if rows <= limit and rows != base.local_size:
-            src = attention_source(k, plan.program, hw, rows)
-            cands.append(Candidate(k.name, "attention", "rows", (("rows", rows),), rows,
-                                   rows, len(cands), None, src))
+    cands = []
+    for f in ranked:
+        if f.threads > limit:
+            continue
+        src = attention_kernel(k, plan.program, hw, form=f)
+        pred = None if f.predicted_s != f.predicted_s else f.predicted_s  # NaN: none
+        cands.append(Candidate(k.name, "attention", "form", attention_tile(f), f.rows,
+                               src.local_size, len(cands), None, src, pred, f.bottleneck))
     run.total += len(cands) - 1
     results = run.measure(cands, first=True)
-    return _finish(k, plan, hw, config, device, results, results[0], None, None)
+    ok = [m for m in results if m.status == "ok"]
+    rho = spearman([m.candidate.rank for m in ok], [m.seconds for m in ok]) \
+        if len(ok) > 1 else None
+    regret = (results[0].seconds / min(m.seconds for m in ok)  # type: ignore[operator]
+              if results[0].status == "ok" and ok else None)
+    return _finish(k, plan, hw, config, device, results, results[0], rho, regret)
+
+
+def attention_tile(form) -> tuple[tuple[str, int], ...]:
+    """An attention form as a record's tile (`codegen.generate` builds that form again)."""
+    return (("tiled", int(form.form == "tiled")), ("rows", form.rows))
 
 
 def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
@@ -645,8 +661,8 @@ def describe(report: TuneReport) -> str:
             pred = "" if c.predicted is None else f"{c.predicted * 1e3:.4f}"
             lines.append(f"{mark} {c.rank + 1:>4}  {tile:<34} {c.local_size or 'auto':>6} "
                          f"{score:>8} {pred:>9} {secs:>10} {spread:>6} {rate:>9}  {status}")
-        if t.kind in ("contraction", "rows"):
-            what = "tiles" if t.kind == "contraction" else "shapes"
+        if t.kind in ("contraction", "rows", "attention"):
+            what = {"contraction": "tiles", "rows": "shapes", "attention": "forms"}[t.kind]
             rho = "n/a" if t.rho is None else f"{t.rho:+.3f}"
             regret = "n/a" if t.regret is None else f"{t.regret:.3f}"
             lines.append(f"  rho {rho} (model rank vs measured rank of the top {what})")
