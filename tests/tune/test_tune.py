@@ -321,3 +321,33 @@ def test_far_slower_candidates_are_timed_once(monkeypatch):
     assert [t for t, _ in out] == [1e-3, 1.1e-3, 9e-3]
     assert calls.count(9e-3) == 1  # the scouting run only
     assert calls.count(1e-3) == 1 + 1 + 5  # scouting, warm-up, timed runs
+
+
+def test_quick_tolerance_passes_nothing_that_compare_fails():
+    """Validation checks float32 outputs in one pass against a tolerance made from the
+    reference; whatever passes it must pass `compare` too (a miss goes to `compare`)."""
+    from types import SimpleNamespace
+
+    from tilec.runtime.launch import compare
+
+    rng = np.random.default_rng(3)
+    ref = (rng.standard_normal(150) * 10.0 ** rng.integers(-6, 6, 150)).astype(np.float32)
+    ref[:3] = [np.nan, np.inf, 0.0]
+    config = Config()
+    tol = tune_mod._tolerance(ref, config)
+    r64 = ref.astype(np.float64)
+    exact = config.atol * float(np.max(np.abs(r64[np.isfinite(r64)]))) + config.rtol * np.abs(r64)
+    program = SimpleNamespace(tensors={"R": SimpleNamespace(dtype="float32")})
+    quick_passed = {}
+    for k in (0.5, 0.999999, 1.0, 1.000001, 2.0):
+        for sign in (1.0, -1.0):
+            for i in range(3, ref.size):
+                got = ref.copy()
+                got[i] = np.float32(r64[i] + sign * k * exact[i])
+                with np.errstate(invalid="ignore"):
+                    quick = bool(np.all((np.abs(got - ref) <= tol)[3:]))
+                quick_passed[k] = quick_passed.get(k, 0) + quick
+                if quick:
+                    assert compare({"R": ref[3:]}, {"R": got[3:]}, program, config).ok, (k, i)
+    assert quick_passed[0.5] == 2 * (ref.size - 3)  # well inside: settled in one pass
+    assert quick_passed[2.0] == 0
