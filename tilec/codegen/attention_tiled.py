@@ -76,13 +76,16 @@ def attention_forms(k: AttentionKernel, hw: HwModel) -> list[Form]:
     out = []
     ty = tiled_rows(D, E, hw)
     if ty is not None:
-        out.append(Form("tiled", ty * RM, TX * ty, local_floats(D, E, ty) * 4))
+        # Registers: the 4x4 scores, the 4 x E/8 output tile, addresses and the softmax's.
+        out.append(Form("tiled", ty * RM, TX * ty, local_floats(D, E, ty) * 4,
+                        RM * BN // TX + RM * E // TX + 32))
     seen = set()
     for want in (16, 32, 64, 128):
         rows, keys = shape_for(k, hw, want)
         if rows not in seen:
             seen.add(rows)
-            out.append(Form("rows", rows, rows, keys * (D + E) * 4))
+            # Registers: the query row, the output row and the rest.
+            out.append(Form("rows", rows, rows, keys * (D + E) * 4, D + E + 32))
     return out
 
 

@@ -5,8 +5,9 @@ fastest predicted rather than a rule's.
 The codegen describes each candidate it can build (`Form`: tiled or one work-item a query row,
 query rows and work-items a group, local memory a group); this module predicts it:
 
-    compute = the products' FMAs / (peak x EFFICIENCY[form]) + the scores' exp, max and sum
-              (SCORE_OPS each) / peak, both x the last wave's share (waves of resident groups)
+    compute = the busiest compute unit's groups x (each group's FMAs / EFFICIENCY[form] x the
+              warp's lanes used x sqrt(resident warps / WARPS) + the scores' exp, max and sum,
+              SCORE_OPS each) / a compute unit's peak
     L2      = each group's K and V blocks (every key up to the causal bound) / the L2 bandwidth
     DRAM    = Q, K, V and the output once / the DRAM bandwidth
     time    = launch + |compute, L2, DRAM|_p
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from .attention import AttentionKernel
 from .hw import HwModel
 
-EFFICIENCY = {"tiled": 0.42, "rows": 0.12, "cpu": 0.25}
+EFFICIENCY = {"tiled": 0.59, "rows": 0.34, "cpu": 0.25}
+REGISTERS = 65536  # a GPU compute unit's register file (NVIDIA's since Kepler, AMD's CU alike)
+WARPS = 16  # resident warps a compute unit needs for full issue (fewer: by their square root)
 SCORE_OPS = 12.0  # max, exp (a few instructions), sum and rescaling, a score
 OVERLAP = 3.0  # p of the p-norm joining the terms
 LAUNCH_US = 5.0  # where the device was not calibrated
@@ -37,6 +40,7 @@ class Form:
     rows: int  # query rows a work-group
     threads: int  # work-items a work-group
     local_bytes: int  # local memory a work-group
+    registers: int = 64  # 32-bit registers a work-item (its accumulators and row values)
     predicted_s: float = math.nan
     bottleneck: str = ""
 
@@ -58,19 +62,21 @@ def predict(k: AttentionKernel, hw: HwModel, f: Form) -> Form:
     share = 0.5 if k.causal else 1.0
     pairs = B * Q * N * share
     peak = hw.peak_gflops * 1e9
-    eff = EFFICIENCY["cpu" if hw.kind == "cpu" else f.form]
-    compute = 2 * pairs * (D + E) / (peak * eff) + pairs * SCORE_OPS / peak
     groups = B * math.ceil(Q / f.rows)
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
+    per_cu = math.ceil(groups / cus)
+    eff = EFFICIENCY["cpu" if hw.kind == "cpu" else f.form]
     if hw.kind != "cpu":
         local_cu = hw.l1_bytes or 2 * (hw.local_mem_bytes or 49152)
-        resident = max(1, min(local_cu // max(1, f.local_bytes),
-                              2 * (hw.max_work_group_size or 1024) // f.threads, 32))
-    else:
-        resident = 1
-    slots = resident * cus
-    # The last wave of groups runs with the device partly idle.
-    compute *= math.ceil(groups / slots) * slots / groups
+        resident = max(1, min(per_cu, local_cu // max(1, f.local_bytes),
+                              2 * (hw.max_work_group_size or 1024) // f.threads,
+                              REGISTERS // (f.threads * f.registers), 32))
+        warps = resident * math.ceil(f.threads / 32)
+        # Lanes a warp uses, and enough warps to hide the latency of local reads and FMAs.
+        eff *= f.threads / (math.ceil(f.threads / 32) * 32) * math.sqrt(min(1.0, warps / WARPS))
+    # A compute unit runs its groups (the busiest one sets the time).
+    work = 2 * (D + E) / eff + SCORE_OPS
+    compute = per_cu * (pairs / groups) * work / (peak / cus)
     es = 4
     l2 = groups * N * share * (D + E) * es / ((hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9)
     dram = (B * Q * (D + E) + _kv_heads(k) * N * (D + E)) * es / (hw.bandwidth_gbs * 1e9)

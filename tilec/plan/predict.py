@@ -50,7 +50,7 @@ class Coefficients:
     tile_slots: float = 32.0  # slots per reduction tile for its barrier and loop
     warps: float = 12.0  # resident warps a compute unit needs to issue every cycle
     ilp: float = 256.0  # resident warps x accumulators for the FMA latency to be covered
-    l2_per_dram: float = 0.7  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
+    l2_per_dram: float = 0.44  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
     overlap: float = 2.0  # p of the p-norm that joins the terms (infinity: perfect overlap)
     launch_us: float = 5.0  # a kernel's launch, where the device was not calibrated
     group_us: float = 0.5  # a wave of work-groups' set-up and stores
@@ -83,8 +83,8 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     peak = hw.peak_gflops * 1e9
     dram_bw = hw.bandwidth_gbs * 1e9
     # Not the calibrated L2 bandwidth: staging copies are a few float4 reads a work-item in
-    # flight, and they reached about 0.7 of the measured DRAM bandwidth in the H200's sweeps
-    # (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
+    # flight, and they reached about 0.44 of the measured DRAM bandwidth (4.2 TB/s) in the
+    # H200's sweeps (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
     l2_bw = coeff.l2_per_dram * dram_bw
 
     acc, fmas, reads, threads = (_register_tiles if exact else _register_tiles_fast)(flat, T,

@@ -19,7 +19,8 @@ The time of each candidate, in seconds, with its limiting resource:
                      walked one, in flight
          latency   = waves x barrier steps x STEP, waves = groups / (resident groups x CUs)
          compute   = elements x operations x walks / peak
-    CPU: compute   = waves x R x a row's cycles / clock + groups x group overhead / cores
+    CPU: compute   = rows x a row's cycles / (clock x cores) + TAIL x a group's time
+                     + groups x group overhead / cores
                      a row's cycles = each walk's L / W steps at the larger of the operations'
                      issue (OPS_PER_CYCLE a cycle, EXP_OPS for an exp) and the reductions'
                      dependency chain (REDUCE_LATENCY cycles a step)
@@ -60,6 +61,7 @@ class RowCoefficients:
     ops_per_cycle: float = 2.0  # vector operations a core issues a cycle (CPU)
     exp_ops: float = 16.0  # operations an exp (log, erf, ...) costs (CPU: a library routine)
     gpu_exp_ops: float = 4.0  # the same on a GPU (special-function unit)
+    tail: float = 0.5  # groups' time the last one ends after the others (CPU)
     reduce_latency: float = 4.0  # cycles between steps of one accumulator's chain (CPU)
     launch_us: float = 5.0  # where the device was not calibrated
     group_us: float = 0.05  # a CPU work-group's dispatch, where not calibrated
@@ -270,9 +272,11 @@ def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
             per_step = max(per_step, coeff.reduce_latency)
         cycles += math.ceil(k.length / W) * per_step + (k.length % W) * coeff.reduce_latency
     groups = -(-k.rows // R)
-    waves = math.ceil(groups / cores)
     dispatch = groups * (hw.group_us or coeff.group_us) * 1e-6 / cores
-    compute = waves * R * cycles / clock + dispatch
+    # The cores take work-groups as they free up: the rows spread evenly, and the last group
+    # to start ends about half a group's time after the others (the straggler's tail).
+    group_s = R * cycles / clock
+    compute = max(group_s, k.rows * cycles / clock / cores + coeff.tail * group_s) + dispatch
     row_bytes = full_in / max(1, k.rows) * R
     reread = full_in * (len(_walks(k, program, 1.0)) - 1)
     cache = hw.l1_gbs if row_bytes <= (hw.l1_bytes or 32768) else hw.l2_gbs

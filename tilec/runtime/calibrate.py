@@ -210,7 +210,10 @@ def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
     l1 = l1 or 32 << 10
     read = prg.tilec_cal_read
     # DRAM: 4x the last-level cache, at least 64 MiB, within what one allocation may hold.
-    dram_bytes = min(max(4 * llc, 64 << 20), int(device.max_mem_alloc_size) // 2, 512 << 20)
+    # A GPU reads 64 MiB in tens of microseconds, too short to leave the launch's ramp behind:
+    # it reads 512 MiB.
+    least = 64 << 20 if is_cpu else 512 << 20
+    dram_bytes = min(max(4 * llc, least), int(device.max_mem_alloc_size) // 2, 512 << 20)
     groups = 4 * cus
     big = m.buffer(dram_bytes)
     dram = _read_rate(m, read, groups, dram_bytes // groups, w, big, 1)
