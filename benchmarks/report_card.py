@@ -1,0 +1,99 @@
+"""The time model's report card over the benchmark suite: `tilec tune` of every suite kernel on
+one device (`--kind cpu` or `gpu` picks the suite's cases), its top-k candidates timed against
+the model's predictions, one table.
+
+Per kernel (contractions, row-fused and attention kernels; elementwise kernels have one
+candidate and no grade): Spearman's rho between the model's order and the measured order,
+regret = the model's first choice's time / the fastest measured, and the first choice's
+predicted and measured time with their ratio.  The summary line gives the median rho, the
+largest regret and the largest miss of a first choice's prediction (max(p/m, m/p)).
+
+    python benchmarks/report_card.py --device NVIDIA --kind gpu [--only "matmul,conv"]
+    python benchmarks/report_card.py --device Portable --kind cpu --repeat 5 --budget 120
+
+Nothing is written to the tuning records; the device's stored records are not read either, so
+the model's own first choice is graded."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.suite import cpu_cases, gpu_cases, select  # noqa: E402
+from tilec.config import Config  # noqa: E402
+from tilec.tune.measure import tune  # noqa: E402
+
+
+def grade(case, config: Config, top_k: int, repeat: int, budget: float | None) -> list[dict]:
+    report = tune(case.source, case.shapes, config=config, top_k=top_k, repeat=repeat,
+                  budget=budget, save=False, quiet=True)
+    rows = []
+    for t in report.kernels:
+        if t.regret is None and t.rho is None:
+            continue  # one candidate: nothing to grade
+        first = t.first
+        pred = first.candidate.predicted if first is not None else None
+        meas = first.seconds if first is not None and first.status == "ok" else None
+        rows.append({"case": case.name, "kernel": t.kernel, "kind": t.kind,
+                     "candidates": sum(m.status == "ok" for m in t.results),
+                     "rho": t.rho, "regret": t.regret, "predicted_ms":
+                     None if pred is None else pred * 1e3,
+                     "measured_ms": None if meas is None else meas * 1e3,
+                     "device": report.device.label()})
+    return rows
+
+
+def _fmt(v, spec: str) -> str:
+    return "" if v is None else format(v, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", required=True, help="OpenCL device (as tilec's --device)")
+    ap.add_argument("--kind", choices=("cpu", "gpu"), required=True,
+                    help="which of the suite's case lists")
+    ap.add_argument("--only", help="comma-separated case names or parts of them")
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--budget", type=float, help="seconds a case may spend measuring")
+    ap.add_argument("--json", type=Path, help="write the rows here too")
+    args = ap.parse_args(argv)
+    cases = select(cpu_cases() if args.kind == "cpu" else gpu_cases(), args.only)
+    config = Config(device=args.device, use_tuning_records=False)
+    rows: list[dict] = []
+    print(f"# report card, {datetime.date.today()}, {platform.node()}, "
+          f"`{' '.join(['python', 'benchmarks/report_card.py', *(argv or sys.argv[1:])])}`")
+    print("| case | kernel | candidates | rho | regret | predicted / measured ms | ratio |")
+    print("|---|---|---:|---:|---:|---|---:|")
+    for case in cases:
+        for r in grade(case, config, args.top_k, args.repeat, args.budget):
+            rows.append(r)
+            p, m = r["predicted_ms"], r["measured_ms"]
+            ratio = p / m if p and m else None
+            print(f"| {r['case']} | {r['kernel']} ({r['kind']}) | {r['candidates']} | "
+                  f"{_fmt(r['rho'], '+.2f')} | {_fmt(r['regret'], '.3f')} | "
+                  f"{_fmt(p, '.4g')} / {_fmt(m, '.4g')} | {_fmt(ratio, '.2f')} |", flush=True)
+    if rows:
+        print(f"device: {rows[0]['device']}")
+    rhos = [r["rho"] for r in rows if r["rho"] is not None]
+    regrets = [r["regret"] for r in rows if r["regret"] is not None]
+    misses = [max(r["predicted_ms"] / r["measured_ms"], r["measured_ms"] / r["predicted_ms"])
+              for r in rows if r["predicted_ms"] and r["measured_ms"]]
+    median = statistics.median(rhos) if rhos else None
+    print(f"kernels {len(rows)}; median rho {_fmt(median, '+.2f')}"
+          f"; largest regret {_fmt(max(regrets) if regrets else None, '.3f')}"
+          f"; largest prediction miss {_fmt(max(misses) if misses else None, '.2f')}x")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
