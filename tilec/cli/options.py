@@ -97,8 +97,8 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--device", help="substring of 'platform: device' (default: a GPU if "
-                    "there is one, else the CPU)")
+    sp.add_argument("--device", help="substring of 'platform: device', '#N' after it for the "
+                    "N-th match (default: a GPU if there is one, else the CPU)")
     sp.add_argument("--hw", help="hardware model: a shipped name, a .toml path, or 'auto' "
                     "(derived from the device; the default)")
     sp.add_argument("--tile", action="append", metavar="[OUT:]IDX=N,...",
