@@ -63,7 +63,8 @@ def main() -> int:
     second_run_s = min(later)
     check = exe.check(arrays, outs)
     print(json.dumps({"import_s": import_s, "open_s": open_s, "compile_s": compile_s,
-                      "first_run_s": first_run_s, "second_run_s": second_run_s, "valid": bool(check.ok),
+                      "first_run_s": first_run_s, "second_run_s": second_run_s,
+                      "valid": bool(check.ok),
                       "kernels": len(exe.kernels)}), flush=True)
     return 0 if check.ok else 1
 
