@@ -588,8 +588,13 @@ class _Contraction:
         t = self.program.tensors[name]
         out_shape = self.program.tensors[k_.op.output].shape
         s = self.placed.get(name)
-        strides, off = operand_strides(k_.op.out_idx, f, t.shape, out_shape,
-                                       None if s is None else s.strides)
+        # The same for every point and lane of the tile: computed once a tensor (a model's
+        # epilogues ask thousands of times).
+        cache = self.__dict__.setdefault("_at_output", {})
+        if name not in cache:
+            cache[name] = operand_strides(k_.op.out_idx, f, t.shape, out_shape,
+                                          None if s is None else s.strides)
+        strides, off = cache[name]
         if s is None and strides == f.output.strides and off == f.output.offset:
             return name, "oe"  # laid out as the output: the output's offset
         env = self.point_env(self.points[j])
