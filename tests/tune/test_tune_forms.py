@@ -20,21 +20,15 @@ from tilec.tune.measure import tune
 
 from ..codegen.test_attention import CAUSAL, program, shapes
 from ..device import needs_device
+from ..plan.test_rows import SOFTMAX
 from .test_tune import assert_correct
-
-SOFTMAX = """function (X[R, C]) -> (Y) {
-  M[r, 0 : R, 1] = >(X[r, c]);
-  E = exp(X - M);
-  S[r, 0 : R, 1] = +(E[r, c]);
-  Y = E / S;
-}"""
 
 
 def _row_kernel(shape, hw):
     from tilec.lang.api import check_program
     from tilec.plan.fuse import plan_kernels
 
-    plan = plan_kernels(check_program(SOFTMAX, {"X": shape}, "float32"), rows=True)
+    plan = plan_kernels(check_program(SOFTMAX, {"I": shape}, "float32"), rows=True)
     return next(k for k in plan.kernels if isinstance(k, RowKernel)), plan.program
 
 
@@ -105,8 +99,8 @@ def test_attention_forms_are_ranked_by_predicted_time():
 @pytest.mark.parametrize("hw", ["pocl-cpu", "nvidia-h100"])
 def test_row_shapes_are_tuned_and_the_record_rebuilds_the_winner(tmp_path, hw):
     config = Config(records_path=tmp_path / "r.jsonl", hw=hw)
-    shp = {"X": (37, 300)}
-    k, prog = _row_kernel(shp["X"], HwModel.load(hw))
+    shp = {"I": (37, 300)}
+    k, prog = _row_kernel(shp["I"], HwModel.load(hw))
     n = len(candidates(k, prog, HwModel.load(hw)))
     assert n > 2
     report = tune(SOFTMAX, shp, config=config, top_k=n,

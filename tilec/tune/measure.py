@@ -347,6 +347,13 @@ def _tune_rows(run: _Runner, k: RowKernel, plan: KernelPlan, hw: HwModel, config
         pred = None if s.predicted_s != s.predicted_s else s.predicted_s  # NaN: none
         cands.append(Candidate(k.name, "row", "shape", row_tile(s), s.threads, src.local_size,
                                rank, None, src, pred, s.bottleneck))
+    return _graded(run, k, plan, hw, config, device, cands)
+
+
+def _graded(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
+            device: DeviceKey, cands: list[Candidate]) -> KernelTuning:
+    """Measure candidates given in the model's order (its first choice first) and grade the
+    model on them as on a contraction's tiles: rho over the correct ones, regret of the first."""
     run.total += len(cands) - 1
     results = run.measure(cands, first=True)
     ok = [m for m in results if m.status == "ok"]
@@ -382,14 +389,7 @@ def _tune_attention(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Conf
         pred = None if f.predicted_s != f.predicted_s else f.predicted_s  # NaN: none
         cands.append(Candidate(k.name, "attention", "form", attention_tile(f), f.rows,
                                src.local_size, len(cands), None, src, pred, f.bottleneck))
-    run.total += len(cands) - 1
-    results = run.measure(cands, first=True)
-    ok = [m for m in results if m.status == "ok"]
-    rho = spearman([m.candidate.rank for m in ok], [m.seconds for m in ok]) \
-        if len(ok) > 1 else None
-    regret = (results[0].seconds / min(m.seconds for m in ok)  # type: ignore[operator]
-              if results[0].status == "ok" and ok else None)
-    return _finish(k, plan, hw, config, device, results, results[0], rho, regret)
+    return _graded(run, k, plan, hw, config, device, cands)
 
 
 def attention_tile(form) -> tuple[tuple[str, int], ...]:
