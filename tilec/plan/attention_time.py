@@ -45,7 +45,8 @@ class Form:
     bottleneck: str = ""
 
     def describe(self) -> str:
-        return f"{self.form} {self.rows} rows"
+        return (f"tiled, {self.rows} rows" if self.form == "tiled" else
+                f"a row a work-item, {self.rows} rows")
 
 
 def _size(k: AttentionKernel, names) -> int:
