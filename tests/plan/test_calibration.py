@@ -121,3 +121,31 @@ def test_bad_measured_field_names_file_and_key(key, value, words):
     assert isinstance(info.value, TileError)
     message = str(info.value)
     assert "hwmodels/board.toml" in message and repr(key) in message and words in message
+
+
+def test_exp_rate_round_trips_and_older_records_stay_whole():
+    c = cal(exp_gops=6.7)
+    assert Calibration.from_json(c.to_json()) == c
+    assert c.model_fields()["exp_gops"] == 6.7
+    old = c.to_json()
+    del old["exp_gops"]  # stored before exp() was measured
+    assert Calibration.from_json(old).exp_gops == 0.0
+
+
+def test_a_measured_exp_rate_prices_the_row_kernels_exp():
+    import dataclasses
+
+    from tilec.lang.api import check_program
+    from tilec.plan.fuse import plan_kernels
+    from tilec.plan.row_shape import RowShape, predict
+    from tilec.plan.rows import RowKernel
+
+    from .test_rows import SOFTMAX
+
+    plan = plan_kernels(check_program(SOFTMAX, {"I": (4096, 1000)}, "float32"), rows=True)
+    k = next(k for k in plan.kernels if isinstance(k, RowKernel))
+    hw = HwModel.load("pocl-cpu")
+    shape = RowShape(1, 16, hw.vec_size)
+    slow = predict(k, plan.program, dataclasses.replace(hw, exp_gops=0.5), shape)
+    fast = predict(k, plan.program, dataclasses.replace(hw, exp_gops=50.0), shape)
+    assert slow.predicted_s > 2 * fast.predicted_s

@@ -61,6 +61,7 @@ class Calibration:
     launch_us: float  # an empty kernel: device time (OpenCL event)
     launch_wall_us: float  # an empty kernel: enqueue to completion, seen from the host
     group_us: float  # device time per extra work-group of an empty kernel
+    exp_gops: float = 0.0  # exp() a second, in billions of lanes (0: not measured)
     # (form, width, median GFLOP/s) of every kernel measured, for reports.
     form_gflops: tuple[tuple[str, int, float], ...] = ()
     seconds: float = 0.0  # how long the calibration took
@@ -83,6 +84,8 @@ class Calibration:
         if not isinstance(data, dict):
             raise ValueError("not a table")
         names = {f.name for f in fields(cls)}
+        # Calibrations stored before exp() was measured are still whole.
+        data = {"exp_gops": 0.0, **data}
         if set(data) != names:
             raise ValueError(f"fields {sorted(set(data) ^ names)} differ")
         try:
@@ -100,7 +103,8 @@ class Calibration:
                     peak_gflops=round(self.peak_gflops, 1),
                     bandwidth_gbs=round(self.dram_gbs, 1), l2_gbs=round(self.l2_gbs, 1),
                     l1_gbs=round(self.l1_gbs, 1), local_gbs=round(self.local_gbs, 1),
-                    launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3))
+                    launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3),
+                    exp_gops=round(self.exp_gops, 2))
 
     def describe(self) -> str:
         """Lines for `tilec devices`."""
@@ -118,7 +122,8 @@ class Calibration:
             f"  GFLOP/s by form and width: {rates}" if rates else "  (no rates)",
             f"  bandwidth: {bw}" if bw else "  bandwidth: not measured",
             f"  launch: {self.launch_us:.1f} us device, {self.launch_wall_us:.1f} us wall; "
-            f"{self.group_us:.3f} us a work-group",
+            f"{self.group_us:.3f} us a work-group"
+            + (f"; exp {self.exp_gops:.1f} G/s" if self.exp_gops else ""),
         ])
 
 

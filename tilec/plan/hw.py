@@ -29,8 +29,8 @@ from .calibration import DEFAULT_MULADD, MULADD_FORMS
 KINDS = ("gpu", "cpu")
 # Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
 _FLOAT_FIELDS = ("peak_gflops", "bandwidth_gbs", "l1_gbs", "l2_gbs", "local_gbs", "launch_us",
-                 "group_us", "correct_compute", "correct_l1", "correct_l2", "correct_dram",
-                 "correct_launch")
+                 "group_us", "exp_gops", "correct_compute", "correct_l1", "correct_l2",
+                 "correct_dram", "correct_launch")
 # The time model's per-device correction: a factor for predictions limited by each resource.
 CORRECTIONS = ("compute", "L1", "L2", "DRAM", "launch")
 STAGINGS = ("local", "global")
@@ -79,6 +79,7 @@ class HwModel:
     local_gbs: float = 0.0  # reads from local memory
     launch_us: float = 0.0  # device time of an empty kernel
     group_us: float = 0.0  # device time per extra work-group of an empty kernel
+    exp_gops: float = 0.0  # exp() a second, billions of lanes (row kernels' softmax)
     # Measured over predicted time of the tiles `tilec tune` timed, by the prediction's
     # limiting resource (`tune.correction`; 1: none).  Compiles multiply predictions by them.
     correct_compute: float = 1.0
@@ -235,6 +236,7 @@ class HwModel:
             f"local {self.local_gbs:g} GB/s" if self.local_gbs else "",
             f"launch {self.launch_us:g} us" if self.launch_us else "",
             f"{self.group_us:g} us a work-group" if self.group_us else "",
+            f"exp {self.exp_gops:g} G/s" if self.exp_gops else "",
         ]
         if any(measured):
             lines.append("  measured: " + ", ".join(f for f in measured if f))

@@ -59,8 +59,10 @@ class RowCoefficients:
     resident_groups: int = 32  # work-groups a compute unit holds at most (GPU)
     overlap: float = 4.0  # p of the p-norm joining the terms
     ops_per_cycle: float = 2.0  # vector operations a core issues a cycle (CPU)
-    exp_ops: float = 16.0  # operations an exp (log, erf, ...) costs (CPU: a library routine)
-    gpu_exp_ops: float = 4.0  # the same on a GPU (special-function unit)
+    # Operations an exp (log, erf, ...) costs where the device's exp() rate was not measured
+    # (`HwModel.exp_gops`, calibrated: then from it).
+    exp_ops: float = 16.0  # CPU: a library routine
+    gpu_exp_ops: float = 4.0  # GPU: the special-function unit
     tail: float = 0.5  # groups' time the last one ends after the others (CPU)
     reduce_latency: float = 4.0  # cycles between steps of one accumulator's chain (CPU)
     launch_us: float = 5.0  # where the device was not calibrated
@@ -228,7 +230,9 @@ def _gpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
     T, R = shape.threads, shape.rows
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
     bw = hw.bandwidth_gbs * 1e9
-    walks = _walks(k, program, coeff.gpu_exp_ops)
+    # An exp in operations: from the calibrated exp() rate against the mul-add peak.
+    exp_ops = (hw.peak_gflops / 2 / hw.exp_gops) if hw.exp_gops else coeff.gpu_exp_ops
+    walks = _walks(k, program, exp_ops)
     held = share(k, T)
     groups = -(-k.rows // R)
     per_cu_threads = 2 * (hw.max_work_group_size or 1024)
@@ -264,7 +268,13 @@ def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
     # The clock at which two mul-add pipes of full-speed vectors reach the peak.
     clock = hw.peak_gflops * 1e9 / (cores * 2 * 2 * full_speed)
     cycles = 0.0
-    for ops, reduces in _walks(k, program, coeff.exp_ops):
+    exp_ops = coeff.exp_ops
+    if hw.exp_gops:
+        # The calibrated exp() rate (lanes a second, all cores) as operations of a W-wide
+        # step: a W-lane exp takes W / (lanes a core-cycle) cycles.
+        lanes_per_cycle = hw.exp_gops * 1e9 / (cores * clock)
+        exp_ops = W / lanes_per_cycle * coeff.ops_per_cycle / max(1.0, W / full_speed)
+    for ops, reduces in _walks(k, program, exp_ops):
         # A W-wide vector narrower than the full-speed width takes one instruction; wider
         # ones take W / full_speed.
         per_step = ops * max(1.0, W / full_speed) / coeff.ops_per_cycle

@@ -120,21 +120,24 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
     # the process (not an error: "Cannot select ... fma") compiling a float16 fma on Zen 4.
     widths = tuple(w for w in ck.WIDTHS if w <= vector_limit)
     read_w = min(16 if is_cpu else 4, max(widths))
+    # exp() at the width a row kernel walks with: a CPU's widest, a GPU's scalar.
+    exp_w = max(widths) if is_cpu else 1
     # CPUs: one work-item a group, so that PoCL neither vectorises across work-items nor
     # loops over many; GPUs: full groups.
     local = 1 if is_cpu else min(256, 1 << (int(device.max_work_group_size).bit_length() - 1))
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prg = cl.Program(context, ck.source(widths, read_w)).build()
+        prg = cl.Program(context, ck.source(widths, read_w, exp_w)).build()
     m = _Meter(cl, context, queue, local)
     rounds = _muladd_rounds(m, prg, widths, 4 * cus)
     form, width, peak = choose_form(rounds)
     dram, l2, l1, lmem = _bandwidths(m, prg, device, is_cpu, cus, read_w)
     launch, wall, group = _launch_costs(m, prg, cus)
+    exps = _exp_rate(m, prg, exp_w, 4 * cus)
     return Calibration(
         muladd=form, muladd_vec=width, peak_gflops=peak, dram_gbs=dram, l2_gbs=l2, l1_gbs=l1,
-        local_gbs=lmem, launch_us=launch, launch_wall_us=wall, group_us=group,
+        local_gbs=lmem, launch_us=launch, launch_wall_us=wall, group_us=group, exp_gops=exps,
         form_gflops=form_table(rounds), seconds=round(time.perf_counter() - start, 2),
         label=label)
 
@@ -182,6 +185,17 @@ def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) ->
             r[f, w] = 2 * ck.CHAINS * w * iters[f, w] * groups * m.local / t * 1e-9
         rounds.append(r)
     return rounds
+
+
+def _exp_rate(m: _Meter, prg: Any, w: int, groups: int) -> float:
+    """Billions of exp() a second (lanes), the best of ROUNDS launches."""
+    k = prg.tilec_cal_exp
+    a = np.float32(-1.0)
+    m.run(k, groups, a, np.int32(16))  # PoCL compiles a kernel on its first launch
+    t = m.run(k, groups, a, np.int32(256))
+    n = _scaled(t, 256, FLOP_TARGET_S, 16, 1 << 22)
+    per = ck.CHAINS * w * n * groups * m.local
+    return max(per / m.run(k, groups, a, np.int32(n)) for _ in range(ROUNDS)) * 1e-9
 
 
 def _read_rate(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, buf: Any,

@@ -68,9 +68,25 @@ def read_kernels(w: int) -> str:
             f"    __local const {t}* p = buf + lid;\n{sums}}}\n")
 
 
+def exp_kernel(w: int) -> str:
+    """`n` iterations of CHAINS independent `c = exp(c * a)` chains (a = -1: c settles near
+    0.567 and stays finite), the rate of exp() at width w as a kernel written by tilec uses it
+    (row kernels: softmax's exp)."""
+    t = _vec(w)
+    init = "\n".join(f"    {t} c{i} = ({t})(x * 1e-9f + {i}.0f * 0.01f);" for i in range(CHAINS))
+    body = "\n".join(f"        c{i} = exp(c{i} * a);" for i in range(CHAINS))
+    total = " + ".join(f"c{i}" for i in range(CHAINS))
+    return (f"__kernel void tilec_cal_exp(__global float* out, const float a0, const int n) {{\n"
+            f"    const float x = (float)get_global_id(0);\n"
+            f"    const {t} a = ({t})(a0);\n{init}\n"
+            f"    for (int i = 0; i < n; ++i) {{\n{body}\n    }}\n"
+            f"    const {t} s = {total};\n"
+            f"    out[get_global_id(0)] = {_lanes('s', w)};\n}}\n")
+
+
 EMPTY = "__kernel void tilec_cal_empty(__global float* out) { }\n"
 
 
-def source(widths: tuple[int, ...], read_width: int) -> str:
+def source(widths: tuple[int, ...], read_width: int, exp_width: int = 1) -> str:
     parts = [muladd_kernel(f, w) for f in FORMS for w in widths]
-    return "\n".join([*parts, read_kernels(read_width), EMPTY])
+    return "\n".join([*parts, read_kernels(read_width), exp_kernel(exp_width), EMPTY])
