@@ -21,6 +21,7 @@ from tilec.plan.worksize import (
     pow2_local_sizes,
     thread_budgets,
 )
+from tilec.tune import bench as bench_mod
 from tilec.tune import measure as tune_mod
 from tilec.tune.measure import spearman, tune
 from tilec.tune.records import DeviceKey, RecordStore, TuneRecord, default_path
@@ -311,8 +312,8 @@ def test_far_slower_candidates_are_timed_once(monkeypatch):
             calls.append(kernel)
             return kernel  # the "event" is the kernel's duration
 
-    monkeypatch.setattr(tune_mod, "event_seconds", lambda ev: ev)
-    bench = tune_mod._Bench.__new__(tune_mod._Bench)
+    monkeypatch.setattr(bench_mod, "event_seconds", lambda ev: ev)
+    bench = bench_mod.Bench.__new__(bench_mod.Bench)
     bench.runtime = FakeRuntime()
     bench.copies = [{}]
     bench._args = lambda src, copy=0: []
@@ -334,7 +335,7 @@ def test_quick_tolerance_passes_nothing_that_compare_fails():
     ref = (rng.standard_normal(150) * 10.0 ** rng.integers(-6, 6, 150)).astype(np.float32)
     ref[:3] = [np.nan, np.inf, 0.0]
     config = Config()
-    tol = tune_mod._tolerance(ref, config)
+    tol = bench_mod.tolerance(ref, config)
     r64 = ref.astype(np.float64)
     exact = config.atol * float(np.max(np.abs(r64[np.isfinite(r64)]))) + config.rtol * np.abs(r64)
     program = SimpleNamespace(tensors={"R": SimpleNamespace(dtype="float32")})

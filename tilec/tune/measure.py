@@ -7,23 +7,24 @@ the device allow (a contraction's work-group size is its schedule's thread count
 kernel by reqd_work_group_size, so each one is a regenerated kernel).  Elementwise kernels keep
 their source and are launched with the local sizes of `worksize.elementwise_local_sizes`.
 
+Row-fused kernels' candidates are the time model's top shapes (threads a row, rows a group,
+vector width) and attention kernels' every form, first choice first, graded like tiles.
+
 Every candidate first runs the whole program with the outputs poisoned and is compared with the
-numpy reference; only a correct one is timed (OpenCL profiling events: warm-up launches, then the
-median of `repeat`, rotating among copies of the input buffers so that the caches hold no more
-than a real run would find).  Candidates are timed together in interleaved rounds, and the
-local-size phase times the tiles again with its own candidates, so that load on the machine
-shifts every time in a report alike.  A `timer` callable may replace the measurement (tests).
+numpy reference; only a correct one is timed (`bench`: OpenCL profiling events, warm-up
+launches, then the median of `repeat`, rotating among copies of the input buffers so that the
+caches hold no more than a real run would find).  Candidates are timed together in interleaved
+rounds, and the local-size phase times the tiles again with its own candidates, so that load
+on the machine shifts every time in a report alike.  A `timer` callable may replace the
+measurement (tests).
 
 The report card per contraction: Spearman's rho between the model's rank and the measured rank of
-the top-k tiles, and regret = time of the model's first choice / the best tile's time.
-
-Long (over 500 lines) because candidates, the interleaved timing rounds and the report card
-share the measurement state of one tuning session."""
+the top-k tiles, and regret = time of the model's first choice / the best tile's time."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,15 +33,15 @@ import numpy as np
 from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
 from ..codegen.generate import generate, with_local_size
 from ..config import Config
-from ..errors import DeviceError, Source, TileError
+from ..errors import Source, TileError
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
-from ..runtime.device import Runtime, event_seconds, hw_model_for
-from ..runtime.launch import NP, POISON, compare, itemsize
+from ..runtime.device import Runtime, hw_model_for
+from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
 from .records import (
     DeviceKey,
     RecordStore,
@@ -49,42 +50,6 @@ from .records import (
     kernel_digest,
     make_record,
 )
-
-Timer = Callable[["Candidate"], float]
-Progress = Callable[[int, int, str], None]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    kernel: str
-    kind: str  # "contraction" or "elementwise"
-    phase: str  # "tile" (the model's top-k) or "lws" (local work sizes)
-    tile: tuple[tuple[str, int], ...]
-    threads: int | None  # contraction: thread budget (= its work-group size)
-    local_size: int | None  # the launch's local size; None: the driver's choice
-    rank: int  # position in the model's top-k (0: its first choice); lws variants keep theirs
-    score: float | None  # the model's predicted score
-    source: KernelSource
-    predicted: float | None = None  # the time model's seconds (`plan.predict`), where it has one
-    bottleneck: str = ""  # the prediction's limiting resource
-
-    def label(self) -> str:
-        tile = " ".join(f"{n}={t}" for n, t in self.tile)
-        return f"{tile} local={self.local_size or 'auto'}".strip()
-
-
-@dataclass(frozen=True)
-class Measurement:
-    candidate: Candidate
-    status: str  # "ok", "failed" (wrong results), "error" (no build/launch), "skipped"
-    seconds: float | None = None
-    note: str = ""
-    spread: float = 0.0  # relative spread of the timed runs: (q75 - q25) / median
-
-    @property
-    def gflops(self) -> float | None:
-        flops = self.candidate.source.flops
-        return flops / self.seconds * 1e-9 if self.seconds and flops else None
 
 
 @dataclass(frozen=True)
@@ -159,7 +124,7 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
     start = time.monotonic()
     prep = Prepared(source, shapes, dtype, config, hw, top_k, copies=copies, seed=seed)
     deadline = None if budget is None else start + budget
-    run = _Runner(prep.bench, timer, progress, deadline, warmup, repeat)
+    run = Runner(prep.bench, timer, progress, deadline, warmup, repeat)
     run.total = sum(prep.candidates(k) for k in prep.plan.kernels)
     tunings = [_tune_one(run, prep, k, lws, lws_tiles) for k in prep.plan.kernels]
     path = None
@@ -195,12 +160,12 @@ class Prepared:
         self.sources, self.searches = generate(self.plan, self.model, config)
         self.device = DeviceKey.from_info(self.runtime.info)
         self.copies, self.seed = copies, seed
-        self._bench: _Bench | None = None
+        self._bench: Bench | None = None
 
     @property
-    def bench(self) -> _Bench:
+    def bench(self) -> Bench:
         if self._bench is None:
-            self._bench = _Bench(self.runtime, self.plan, self.sources, self.config,
+            self._bench = Bench(self.runtime, self.plan, self.sources, self.config,
                                  copies=self.copies, seed=self.seed)
         return self._bench
 
@@ -228,12 +193,12 @@ def tune_kernel(prep: Prepared, name: str, *, lws: bool = False, lws_tiles: int 
     times them); `deadline` is a `time.monotonic()` past which only the first candidate is
     measured.  Nothing is saved: the caller keeps the record."""
     k = prep.kernel(name)
-    run = _Runner(prep.bench, timer, progress, deadline, warmup, repeat)
+    run = Runner(prep.bench, timer, progress, deadline, warmup, repeat)
     run.total = prep.candidates(k)
     return _tune_one(run, prep, k, lws, lws_tiles)
 
 
-def _tune_one(run: _Runner, prep: Prepared, k, lws: bool, lws_tiles: int) -> KernelTuning:
+def _tune_one(run: Runner, prep: Prepared, k, lws: bool, lws_tiles: int) -> KernelTuning:
     if isinstance(k, ContractionKernel):
         return _tune_contraction(run, k, prep.plan, prep.model, prep.config,
                                  prep.searches.get(k.name), lws, lws_tiles, prep.device)
@@ -255,7 +220,7 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
                               hw.muladd, plain_vector_access(hw))
 
 
-def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
+def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
                       config: Config, search, lws: bool, lws_tiles: int,
                       device: DeviceKey) -> KernelTuning:
     names = k.flat.names
@@ -313,7 +278,7 @@ def _tune_contraction(run: _Runner, k: ContractionKernel, plan: KernelPlan, hw: 
     return _finish(k, plan, hw, config, device, results, first, rho, regret)
 
 
-def _tune_elementwise(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
+def _tune_elementwise(run: Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
                       lws: bool, device: DeviceKey) -> KernelTuning:
     base = run.bench.source(k.name)
     sizes: list[int | None] = [None]
@@ -331,7 +296,7 @@ def _tune_elementwise(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Co
     return _finish(k, plan, hw, config, device, results, results[0], None, None)
 
 
-def _tune_rows(run: _Runner, k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,
+def _tune_rows(run: Runner, k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,
                device: DeviceKey) -> KernelTuning:
     """The time model's top-k shapes of a row kernel (threads a row, rows a work-group, vector
     width), its first choice first; graded like a contraction's tiles.  Without a prediction
@@ -350,7 +315,7 @@ def _tune_rows(run: _Runner, k: RowKernel, plan: KernelPlan, hw: HwModel, config
     return _graded(run, k, plan, hw, config, device, cands)
 
 
-def _graded(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
+def _graded(run: Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
             device: DeviceKey, cands: list[Candidate]) -> KernelTuning:
     """Measure candidates given in the model's order (its first choice first) and grade the
     model on them as on a contraction's tiles: rho over the correct ones, regret of the first."""
@@ -369,7 +334,7 @@ def row_tile(shape) -> tuple[tuple[str, int], ...]:
     return (("threads", shape.threads), ("rows", shape.rows), ("vec", shape.vec))
 
 
-def _tune_attention(run: _Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
+def _tune_attention(run: Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
                     device: DeviceKey, base: KernelSource) -> KernelTuning:
     """Every form the kernel can take (tiled; one work-item a query row at 16 to 128 rows a
     work-group), the time model's first choice first where it predicts, graded like tiles.  A
@@ -427,240 +392,11 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
 # by several percent from launch to launch, and a record made from noise would pin a tile
 # that is no better on the next run.
 NOISE_FLOOR = 0.03
-# Candidates this many times slower than the fastest on a first run are timed once only.
-SCOUT_FACTOR = 4.0
 
 
 def _clearly_faster(best: Measurement, first: Measurement) -> bool:
     margin = max(NOISE_FLOOR, best.spread + first.spread)
     return best.seconds < first.seconds * (1.0 - margin)  # type: ignore[operator]
-
-
-# -- measurement ---------------------------------------------------------------------------------
-
-class _Runner:
-    """Validates candidates one by one, then times the correct ones in interleaved rounds, so
-    that drift (clock changes, the driver's thread pool waking up) hits every candidate alike
-    rather than whichever happens to run first."""
-
-    def __init__(self, bench: _Bench, timer: Timer | None, progress: Progress | None,
-                 deadline: float | None, warmup: int, repeat: int):
-        self.bench, self.timer, self.progress = bench, timer, progress
-        self.deadline, self.warmup, self.repeat = deadline, max(0, warmup), max(1, repeat)
-        self.done = 0
-        self.total = 0
-
-    def measure(self, cands: Sequence[Candidate], first: bool = False,
-                retime: Sequence[Measurement] = ()) -> list[Measurement]:
-        """Validate and time `cands`; the results come back in order, followed by new timings
-        of `retime` (candidates already found correct), taken in the same rounds so that every
-        time in a report compares with every other.  `first`: the first candidate is measured
-        even past the budget (each kernel gets at least its model's choice measured)."""
-        out: list[Measurement] = []
-        passed: list[tuple[int, Candidate, object]] = []
-        for i, c in enumerate(cands):
-            if (self.deadline is not None and time.monotonic() > self.deadline
-                    and not (first and i == 0)):
-                out.append(Measurement(c, "skipped", note="over the time budget"))
-            else:
-                m, kernel = self._check(c)
-                out.append(m)
-                if m.status == "ok":
-                    passed.append((i, c, kernel))
-            self.done += 1
-            if self.progress is not None:
-                self.progress(self.done, max(self.total, self.done), f"{c.kernel} {c.label()}")
-        for m in retime:
-            out.append(m)
-            passed.append((len(out) - 1, m.candidate, self.bench.kernel_for(m.candidate.source)))
-        if self.timer is not None:
-            secs = [(float(self.timer(c)), 0.0) for _, c, _ in passed]
-        else:
-            try:
-                secs = self.bench.time([(c.source, k) for _, c, k in passed], self.warmup,
-                                       self.repeat)
-            except (DeviceError, self.bench.runtime.cl.Error) as e:
-                note = (str(e).splitlines() or [""])[0]
-                for i, c, _ in passed:
-                    out[i] = Measurement(c, "error", note=note)
-                return out
-        for (i, c, _), (t, spread) in zip(passed, secs, strict=True):
-            out[i] = Measurement(c, "ok", t, spread=spread)
-        return out
-
-    def _check(self, c: Candidate) -> tuple[Measurement, object]:
-        """Build, check the launch limits and validate one candidate (status "ok": correct,
-        not yet timed)."""
-        b = self.bench
-        try:
-            kernel = b.kernel_for(c.source)
-            problem = b.launchable(c.source, kernel)
-            if problem:
-                return Measurement(c, "error", note=problem), None
-            wrong = b.validate(c.source, kernel)
-            if wrong:
-                return Measurement(c, "failed", note=wrong), None
-            return Measurement(c, "ok"), kernel
-        except (DeviceError, b.runtime.cl.Error) as e:
-            return Measurement(c, "error", note=(str(e).splitlines() or [""])[0]), None
-
-
-class _Bench:
-    """The program's buffers on the device, its random inputs (in `copies` sets of buffers) and
-    the reference outputs, against which every candidate is run."""
-
-    def __init__(self, runtime: Runtime, plan: KernelPlan, sources: list[KernelSource],
-                 config: Config, *, copies: int, seed: int):
-        from ..lang.reference import evaluate_program, random_array
-
-        self.runtime, self.plan, self.config = runtime, plan, config
-        self.program = p = plan.program
-        self.sources = sources
-        built = runtime.build("\n".join(s.text for s in sources), config.build_options, config)
-        self.kernels = {s.name: runtime.kernel(built, s.name) for s in sources}
-        self.sizes = {n: p.tensors[n].size * itemsize(p.tensors[n].dtype)
-                      for n in plan.buffers()}
-        runtime.check_sizes(self.sizes)
-        rng = np.random.default_rng(seed)
-        self.inputs = {}
-        for n in p.inputs:
-            t = p.tensors[n]
-            a = random_array(rng, t.shape, t.dtype)
-            self.inputs[n] = np.ascontiguousarray(a.astype(np.uint8) if t.dtype == "bool"
-                                                  else a.astype(NP[t.dtype]))
-        # More copies than memory allows would only measure the allocator.
-        in_bytes = max(1, sum(self.sizes[n] for n in p.inputs))
-        copies = max(1, min(copies, runtime.global_mem // (4 * in_bytes)))
-        self.copies = [{n: runtime.buffer(self.sizes[n]) for n in p.inputs}
-                       for _ in range(copies)]
-        for bufs in self.copies:
-            for n, buf in bufs.items():
-                runtime.upload(buf, self.inputs[n])
-        self.temps = {n: runtime.buffer(self.sizes[n]) for n in plan.buffers()
-                      if n not in p.inputs}
-        self.reference = evaluate_program(p, self.inputs)
-        self.tolerance = {n: _tolerance(self.reference[n], config) for n in p.outputs
-                          if p.tensors[n].dtype == "float32" and n not in p.inputs}
-        self._built: dict[str, object] = {}
-
-    def source(self, name: str) -> KernelSource:
-        return next(s for s in self.sources if s.name == name)
-
-    def limits(self, name: str | None = None) -> tuple[int, list[int]]:
-        """(kernel maximum work-group size, device work-item sizes)."""
-        dev = self.runtime.device
-        kwg = int(dev.max_work_group_size)
-        if name is not None:
-            cl = self.runtime.cl
-            kwg = int(self.kernels[name].get_work_group_info(
-                cl.kernel_work_group_info.WORK_GROUP_SIZE, dev))
-        return kwg, [int(x) for x in dev.max_work_item_sizes]
-
-    def kernel_for(self, src: KernelSource):
-        base = self.source(src.name)
-        if src.text == base.text:
-            return self.kernels[src.name]
-        if src.text not in self._built:
-            prg = self.runtime.build(src.text, self.config.build_options, self.config)
-            self._built[src.text] = self.runtime.kernel(prg, src.name)
-        return self._built[src.text]
-
-    def launchable(self, src: KernelSource, kernel) -> str:
-        if src.local_size is None:
-            return ""
-        kwg, items = self.limits()
-        cl = self.runtime.cl
-        kwg = min(kwg, int(kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
-                                                      self.runtime.device)))
-        if src.local_size > min(kwg, items[0]):
-            return (f"needs {src.local_size} work-items per group; the kernel allows "
-                    f"{min(kwg, items[0])}")
-        return ""
-
-    def _args(self, src: KernelSource, copy: int = 0) -> list:
-        return [self.copies[copy][a.tensor] if a.tensor in self.program.inputs
-                else self.temps[a.tensor] for a in src.args]
-
-    def validate(self, candidate: KernelSource, kernel) -> str:
-        """Run the program with the candidate, its outputs poisoned first: "" when every
-        output matches the reference, else where the worst one does not."""
-        rt, p = self.runtime, self.program
-        for n, buf in self.temps.items():
-            rt.fill(buf, POISON[p.tensors[n].dtype], self.sizes[n])
-        for s in self.sources:
-            chosen, kern = (candidate, kernel) if s.name == candidate.name else \
-                (s, self.kernels[s.name])
-            rt.launch(kern, chosen.global_size, chosen.local_size, self._args(chosen))
-        rt.finish()
-        outs = {}
-        for n in p.outputs:
-            t = p.tensors[n]
-            if n in p.inputs:
-                outs[n] = self.inputs[n]
-                continue
-            raw = rt.download(self.temps[n], t.shape,
-                              np.uint8 if t.dtype == "bool" else NP[t.dtype])
-            outs[n] = raw.astype(np.bool_) if t.dtype == "bool" else raw
-        # compare() makes a dozen float64 passes (seconds a candidate for a conv's 100M
-        # outputs); one float32 pass against the tolerance settles the outputs that pass it.
-        rest = [n for n in p.outputs if n not in self.tolerance or not np.all(
-            np.abs(outs[n] - self.reference[n]) <= self.tolerance[n])]
-        if not rest:
-            return ""
-        v = compare({n: self.reference[n] for n in rest}, {n: outs[n] for n in rest}, p,
-                    self.config)
-        return "" if v.ok else v.worst
-
-    def time(self, runs: Sequence[tuple[KernelSource, object]], warmup: int,
-             repeat: int) -> list[tuple[float, float]]:
-        """Median event time of each (source, kernel) and the runs' relative spread, timed in
-        interleaved rounds.  Launch n
-        reads input copy n mod copies, so consecutive launches never share a copy, and each
-        round starts one candidate later, so that no candidate always runs in the same place
-        (the first of a round once always found its inputs out of cache)."""
-        rt = self.runtime
-        times: list[list[float]] = [[] for _ in runs]
-        n = 0
-
-        def launch(j: int) -> float:
-            nonlocal n
-            src, kernel = runs[j]
-            ev = rt.launch(kernel, src.global_size, src.local_size,
-                           self._args(src, n % len(self.copies)))
-            n += 1
-            return event_seconds(ev)
-
-        # A scouting round: candidates far slower than the fastest (a work-group of one
-        # thread, say) keep that one time rather than costing `repeat` slow runs each.
-        live = list(range(len(runs)))
-        if len(runs) > 1 and repeat > 1:
-            scout = [launch(j) for j in live]
-            fastest = min(scout)
-            slow = {j for j in live if scout[j] > SCOUT_FACTOR * fastest}
-            for j in slow:
-                times[j].append(scout[j])
-            live = [j for j in live if j not in slow]
-        for i in range(warmup + repeat):
-            for step in range(len(live)):
-                j = live[(i + step) % len(live)]
-                t = launch(j)
-                if i >= warmup:
-                    times[j].append(t)
-        out = []
-        for t in times:
-            q25, med, q75 = (float(q) for q in np.percentile(t, [25, 50, 75]))
-            out.append((med, (q75 - q25) / med if med > 0 else 0.0))
-        return out
-
-
-def _tolerance(ref: np.ndarray, config: Config) -> np.ndarray:
-    """`compare`'s tolerance for each element of a float32 output, a millionth tighter, so
-    that an output within it in float32 arithmetic is within `compare`'s in float64 (which
-    then says where one is not).  NaN where the reference is NaN: those go to `compare`."""
-    r64 = np.asarray(ref, np.float64)
-    scale = float(np.max(np.abs(r64[np.isfinite(r64)]), initial=1.0))
-    tol = config.atol * max(1.0, scale) + config.rtol * np.abs(r64)
-    return (tol * (1.0 - 1e-6)).astype(np.float32)
 
 
 def describe(report: TuneReport) -> str:
