@@ -21,7 +21,7 @@ correction (`HwModel.correct_*`) rescales them for another device."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .attention import AttentionKernel
 from .hw import HwModel
@@ -55,8 +55,6 @@ def _size(k: AttentionKernel, names) -> int:
 
 def predict(k: AttentionKernel, hw: HwModel, f: Form) -> Form:
     """`f` with its predicted seconds and limiting resource."""
-    from dataclasses import replace
-
     B, Q, N = _size(k, k.batch), _size(k, k.query), k.range(k.key)
     D, E = _size(k, k.depth), _size(k, k.values)
     # A causal bound skips about half the keys (the blocks past the diagonal).
@@ -104,7 +102,6 @@ def choose(k: AttentionKernel, hw: HwModel, forms: list[Form]) -> tuple[Form, li
     and stands alone where the device's peak or bandwidth is unknown)."""
     if not can_predict(hw):
         return forms[0], []
-    ranked = sorted((predict(k, hw, f) for f in forms),
-                    key=lambda f: (f.predicted_s, forms.index(
-                        next(g for g in forms if g.form == f.form and g.rows == f.rows))))
+    predicted = [(predict(k, hw, f), i) for i, f in enumerate(forms)]
+    ranked = [f for f, _ in sorted(predicted, key=lambda p: (p[0].predicted_s, p[1]))]
     return ranked[0], ranked

@@ -190,27 +190,31 @@ def _walks(k: RowKernel, program: ir.Program, exp_ops: float) -> list[tuple[floa
     return out
 
 
-def _bytes(k: RowKernel, program: ir.Program) -> tuple[float, float]:
-    """(bytes of full-shape inputs, bytes of everything else read or written once)."""
+@dataclass(frozen=True)
+class _Traffic:
+    full_in: float  # bytes of the full-shape inputs (the rows), read once
+    other: float  # bytes of everything else read or written once
+    inputs: int  # full-shape inputs (each row's share is loaded from each)
+    elem: int  # bytes of one of their elements
+
+
+def _traffic(k: RowKernel, program: ir.Program, hw: HwModel) -> _Traffic:
     t = program.tensors
-    size = {n: t[n].size * _elem(t[n].dtype) for n in k.reads() | set(k.writes)}
-    full_in = sum(v for n, v in size.items() if n in k.reads() and t[n].shape == k.full)
-    return float(full_in), float(sum(size.values()) - full_in)
-
-
-def _elem(dtype: str) -> int:
-    return {"float16": 2, "float64": 8, "int64": 8, "int8": 1, "uint8": 1, "bool": 1,
-            "int16": 2, "uint16": 2}.get(dtype, 4)
+    size = {n: t[n].size * hw.elem_size(t[n].dtype) for n in k.reads() | set(k.writes)}
+    rows = [n for n in k.reads() if t[n].shape == k.full]
+    full_in = sum(size[n] for n in rows)
+    elem = max((hw.elem_size(t[n].dtype) for n in rows), default=4)
+    return _Traffic(float(full_in), float(sum(size.values()) - full_in), len(rows), elem)
 
 
 def predict(k: RowKernel, program: ir.Program, hw: HwModel, shape: RowShape,
             coeff: RowCoefficients = DEFAULT) -> RowShape:
     """`shape` with its predicted seconds and limiting resource."""
-    full_in, other = _bytes(k, program)
-    dram = (full_in + other) / (hw.bandwidth_gbs * 1e9)
+    traffic = _traffic(k, program, hw)
+    dram = (traffic.full_in + traffic.other) / (hw.bandwidth_gbs * 1e9)
     launch = (hw.launch_us or coeff.launch_us) * 1e-6
-    terms = _gpu_terms(k, program, hw, shape, coeff, full_in, dram) if hw.kind != "cpu" \
-        else _cpu_terms(k, program, hw, shape, coeff, full_in, dram)
+    terms = _gpu_terms(k, program, hw, shape, coeff, traffic, dram) if hw.kind != "cpu" \
+        else _cpu_terms(k, program, hw, shape, coeff, traffic.full_in, dram)
     terms = {n: v * _correction(hw, n) for n, v in terms.items()}
     p = coeff.overlap
     body = sum(v ** p for v in terms.values()) ** (1.0 / p)
@@ -226,7 +230,7 @@ def _correction(hw: HwModel, term: str) -> float:
             "DRAM": hw.correct_dram, "L2": hw.correct_l2}.get(term, 1.0)
 
 
-def _gpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
+def _gpu_terms(k, program, hw, shape, coeff, traffic: _Traffic, dram) -> dict[str, float]:
     T, R = shape.threads, shape.rows
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
     bw = hw.bandwidth_gbs * 1e9
@@ -241,15 +245,14 @@ def _gpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
     # Little's law: the bytes in flight over the loaded latency (the unloaded one plus the
     # queue those bytes make) give the bandwidth reached.  A held row is loaded at once (its
     # share); a walked row keeps IN_FLIGHT reads a work-item in flight.
-    n_full = max(1, round(full_in / max(1, k.rows * k.length * 4)))
-    per_item = held * n_full if held else coeff.in_flight
-    flight = live * min(per_item, -(-k.length // T)) * 4.0
+    per_item = held * max(1, traffic.inputs) if held else coeff.in_flight
+    flight = live * min(per_item, -(-k.length // T)) * traffic.elem
     reached = flight / (coeff.mem_latency_us * 1e-6 + flight / bw)
-    # Fewer threads a row than a memory transaction's floats: a warp's read touches each row's
-    # transaction partly, and the rest of it is fetched again by the next read.
-    reached *= min(1.0, T * 4 / coeff.sector_bytes)
+    # Fewer threads a row than a memory transaction's elements: a warp's read touches each
+    # row's transaction partly, and the rest of it is fetched again by the next read.
+    reached *= min(1.0, T * traffic.elem / coeff.sector_bytes)
     # Rows held in registers are read once; others once a walk, the later walks from L2.
-    rereads = 0.0 if held else full_in * (len(walks) - 1)
+    rereads = 0.0 if held else traffic.full_in * (len(walks) - 1)
     memory = dram * bw / reached + rereads / min((hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9,
                                                  reached * 2)
     waves = math.ceil(groups / (resident * cus))
@@ -274,7 +277,8 @@ def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
         # step: a W-lane exp takes W / (lanes a core-cycle) cycles.
         lanes_per_cycle = hw.exp_gops * 1e9 / (cores * clock)
         exp_ops = W / lanes_per_cycle * coeff.ops_per_cycle / max(1.0, W / full_speed)
-    for ops, reduces in _walks(k, program, exp_ops):
+    walks = _walks(k, program, exp_ops)
+    for ops, reduces in walks:
         # A W-wide vector narrower than the full-speed width takes one instruction; wider
         # ones take W / full_speed.
         per_step = ops * max(1.0, W / full_speed) / coeff.ops_per_cycle
@@ -288,7 +292,7 @@ def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
     group_s = R * cycles / clock
     compute = max(group_s, k.rows * cycles / clock / cores + coeff.tail * group_s) + dispatch
     row_bytes = full_in / max(1, k.rows) * R
-    reread = full_in * (len(_walks(k, program, 1.0)) - 1)
+    reread = full_in * (len(walks) - 1)
     cache = hw.l1_gbs if row_bytes <= (hw.l1_bytes or 32768) else hw.l2_gbs
     l1 = reread / ((cache or 4 * hw.bandwidth_gbs) * 1e9)
     return {"compute": compute, "DRAM": dram, "L1": l1}

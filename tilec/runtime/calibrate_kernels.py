@@ -29,20 +29,26 @@ def _step(form: str, c: str) -> str:
             "mul_add": f"{c} = {c} * a + b;"}[form]
 
 
-def muladd_kernel(form: str, w: int) -> str:
-    """`n` iterations of CHAINS independent `c = c*a + c` chains; the sum is stored so that
-    nothing is dead code."""
+def _chains_kernel(name: str, w: int, params: str, setup: str, start: str, step: str) -> str:
+    """`n` iterations of CHAINS independent chains `c = step(c)` of float`w`s; the sum is
+    stored so that nothing is dead code.  `start` gives chain i's first value from `x` and
+    `{i}`, `step` its update from `{c}`."""
     t = _vec(w)
-    init = "\n".join(f"    {t} c{i} = ({t})(x + {i}.0f);" for i in range(CHAINS))
-    body = "\n".join("        " + _step(form, f"c{i}") for i in range(CHAINS))
+    init = "\n".join(f"    {t} c{i} = ({t})({start.format(i=i)});" for i in range(CHAINS))
+    body = "\n".join("        " + step.format(c=f"c{i}") for i in range(CHAINS))
     total = " + ".join(f"c{i}" for i in range(CHAINS))
-    return (f"__kernel void {muladd_name(form, w)}(__global float* out, const float a0, "
-            f"const float b0, const int n) {{\n"
-            f"    const float x = (float)get_global_id(0);\n"
-            f"    const {t} a = ({t})(a0);\n    const {t} b = ({t})(b0);\n{init}\n"
+    return (f"__kernel void {name}(__global float* out, {params}const int n) {{\n"
+            f"    const float x = (float)get_global_id(0);\n{setup.format(t=t)}{init}\n"
             f"    for (int i = 0; i < n; ++i) {{\n{body}\n    }}\n"
             f"    const {t} s = {total};\n"
             f"    out[get_global_id(0)] = {_lanes('s', w)};\n}}\n")
+
+
+def muladd_kernel(form: str, w: int) -> str:
+    """CHAINS independent `c = c*a + b` chains in `form`."""
+    return _chains_kernel(muladd_name(form, w), w, "const float a0, const float b0, ",
+                          "    const {t} a = ({t})(a0);\n    const {t} b = ({t})(b0);\n",
+                          "x + {i}.0f", _step(form, "{c}"))
 
 
 def read_kernels(w: int) -> str:
@@ -69,19 +75,12 @@ def read_kernels(w: int) -> str:
 
 
 def exp_kernel(w: int) -> str:
-    """`n` iterations of CHAINS independent `c = exp(c * a)` chains (a = -1: c settles near
-    0.567 and stays finite), the rate of exp() at width w as a kernel written by tilec uses it
-    (row kernels: softmax's exp)."""
-    t = _vec(w)
-    init = "\n".join(f"    {t} c{i} = ({t})(x * 1e-9f + {i}.0f * 0.01f);" for i in range(CHAINS))
-    body = "\n".join(f"        c{i} = exp(c{i} * a);" for i in range(CHAINS))
-    total = " + ".join(f"c{i}" for i in range(CHAINS))
-    return (f"__kernel void tilec_cal_exp(__global float* out, const float a0, const int n) {{\n"
-            f"    const float x = (float)get_global_id(0);\n"
-            f"    const {t} a = ({t})(a0);\n{init}\n"
-            f"    for (int i = 0; i < n; ++i) {{\n{body}\n    }}\n"
-            f"    const {t} s = {total};\n"
-            f"    out[get_global_id(0)] = {_lanes('s', w)};\n}}\n")
+    """CHAINS independent `c = exp(c * a)` chains (a = -1: c settles near 0.567 and stays
+    finite), the rate of exp() at width w as a kernel written by tilec uses it (row kernels:
+    softmax's exp)."""
+    return _chains_kernel("tilec_cal_exp", w, "const float a0, ",
+                          "    const {t} a = ({t})(a0);\n", "x * 1e-9f + {i}.0f * 0.01f",
+                          "{c} = exp({c} * a);")
 
 
 EMPTY = "__kernel void tilec_cal_empty(__global float* out) { }\n"
