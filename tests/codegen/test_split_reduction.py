@@ -150,9 +150,11 @@ def test_gpu_model_splits_softmax_automatically():
 @needs_device
 @pytest.mark.parametrize("name", ["matmul_thin", "maxpool_padded", "avgpool_padded"])
 def test_split_with_local_staging(name):
-    """Inputs reused within the tile stay staged in local memory under a split."""
+    """Inputs reused within the tile stay staged in local memory under a split (PlaidML's
+    score picks tiles that split these small pools; the time model may pick others)."""
     src, shapes = SPLIT_CASES[name]
-    exe = run_case(src, shapes, hw="nvidia-h100", split_reduction=True, seed=7)
+    exe = run_case(src, shapes, hw="nvidia-h100", split_reduction=True, seed=7,
+                   cost_model="plaidml")
     assert split_kernels(exe) == 1 and "/* stage" in exe.source
 
 

@@ -14,10 +14,11 @@ from ..plan.flat import FlatContraction
 from ..plan.flatten import operand_strides
 from ..plan.fuse import ContractionKernel
 from ..plan.gpu_form import RUN
+from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained
 from . import clexpr
 from .address import kernel_args
-from .copy import copy_width, vector_copy
+from .copy import vector_copy
 from .kernel_text import (
     LANES,
     KernelArg,
@@ -314,12 +315,9 @@ class _Contraction:
             load = clexpr.load(buf(t.name), "g", t.dtype)
             fill = clexpr.literal(0, t.dtype)
             # Tiles that never reach past the tensor's ends copy without a bounds test.
-            lo, hi = self.offset_bounds(t.strides, t.offset)
-            safe = lo >= 0 and hi < t.size and all(
-                self.counts[k] * self.sched.tile[k] == f.ranges[k] for k in range(len(f.names)))
+            safe, vw = staging_copy(self.sched, i)
             store = (f"s_{i}[{{l}}] = {load};" if safe else
                      f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
-            vw = copy_width(st, t, safe, self.W, self.sched.tile)
             per = -(-elems // (T * vw))
             align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
             if self.pipe:  # two halves (`pipeline`), copied through registers

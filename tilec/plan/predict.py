@@ -15,11 +15,16 @@ tiles staged in local memory, one reduction tile at a time.  With CU compute uni
         warps   = resident groups x threads / 32; resident groups are limited by the groups a
                   CU gets, its local memory (l1_bytes) and its registers (acc + 2 x reads + 32
                   a work-item, 64K a CU) and threads (2 x max work-group)
+    local   = local-memory passes (`local_banks`: the register tile's reads a step, the staging
+              copies' stores a tile, of every warp) x 128 bytes, over the calibrated
+              local-memory bandwidth (none where it was not measured)
+    latency = the reduction tiles a compute unit runs one after another (its groups over the
+              resident ones, x tiles) x TILE_LATENCY: a global read and a barrier a tile
     L2      = every group's staged tiles (the local bytes of a reduction tile x tiles) and its
               output, over L2_PER_DRAM x the DRAM bandwidth
     DRAM    = every tensor once, over the DRAM bandwidth
-    time    = launch + |compute, L2, DRAM|_p + waves x group overhead  (a p-norm: close to the
-              largest term, imperfect overlap of the others)
+    time    = launch + |compute, local, latency, L2, DRAM|_p + waves x group overhead
+              (a p-norm: close to the largest term, imperfect overlap of the others)
 
 A register tile with more accumulators than a work-item can hold (vector accumulators along a
 reduction index count their lanes) spills; it is predicted infinitely slow.
@@ -38,9 +43,12 @@ import numpy as np
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
+from .local_banks import PASS_BYTES, wavefronts
 from .schedule import make_schedule, vector_candidates
 
-BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1")  # L1: CPUs
+BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
+               "round trips")
+# L1: CPUs; local memory: its passes (`local_banks`); round trips: reduction tiles in a row
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,10 @@ class Coefficients:
     ilp: float = 256.0  # resident warps x accumulators for the FMA latency to be covered
     l2_per_dram: float = 0.44  # L2-to-CU bandwidth of staging copies over DRAM bandwidth
     overlap: float = 2.0  # p of the p-norm that joins the terms (infinity: perfect overlap)
+    # A reduction tile cannot take less than a global read's round trip and a barrier: the
+    # H200's 4096 matmul at 128x128 ran 2.9, 3.9, 5.8 and 9.2 ms with reduction tiles of 8,
+    # 4, 2 and 1 (each halving adds about 0.28 us a tile for each group an SM holds).
+    tile_latency_us: float = 0.45
     launch_us: float = 5.0  # a kernel's launch, where the device was not calibrated
     group_us: float = 0.5  # a wave of work-groups' set-up and stores
 
@@ -87,8 +99,8 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # H200's sweeps (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
     l2_bw = coeff.l2_per_dram * dram_bw
 
-    acc, fmas, reads, threads = (_register_tiles if exact else _register_tiles_fast)(flat, T,
-                                                                                   hw)
+    acc, fmas, reads, threads, step_passes, tile_passes = \
+        (_register_tiles if exact else _register_tiles_fast)(flat, T, hw)
     # A work-item holds twice the accumulators PlaidML's budget plans (max_regs / threads):
     # 128 floats of them ran at 30 TFLOP/s on the H200, 256 spilled and ran 3.3x slower.
     cap = 2 * hw.max_regs / (hw.threads * es)
@@ -122,20 +134,27 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     points = wg * il * np.prod(T, axis=1)  # tiles past the ranges compute too
     compute = per_cu * (2 * points / wg) / (peak / cus * issue * latency)
 
+    kv, lanes = _lanes(flat, T, hw)
+    steps = red / lanes if kv is not None and kv in flat.reduce_indices else red
+    local = wg * il * (steps * step_passes + tile_passes) \
+        * PASS_BYTES / (hw.local_gbs * 1e9) if hw.local_gbs else np.zeros(n)
+    latency_s = np.ceil(per_cu / resident) * il * coeff.tile_latency_us * 1e-6
     l2 = wg * (il * stats["sm"] + stats["mw"]) / l2_bw
     unique = sum(t.size for t in flat.inputs) + flat.output.size
     dram = np.full(n, unique * es / dram_bw)
     launch = (hw.launch_us or coeff.launch_us) * 1e-6
     waves = np.ceil(per_cu / resident)
     fixed = launch + waves * coeff.group_us * 1e-6
-    terms = np.stack([compute, l2, dram, np.zeros(n)], axis=1)
+    terms = np.stack([compute, l2, dram, local, latency_s], axis=1)
     # The terms overlap, but not perfectly: a p-norm is near the largest and still grows with
     # the others (tiles limited by the same resource are not all predicted alike).
-    body = (terms[:, :3] ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
-    bottleneck = np.where(spills, 4, np.where(fixed > body, 3, terms.argmax(axis=1)))
+    body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
+    which = np.array([0, 1, 2, 6, 7])[terms.argmax(axis=1)]
+    bottleneck = np.where(spills, 4, np.where(fixed > body, 3, which))
     time = np.where(spills, np.inf, body + fixed)
     return corrected({"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
-            "dram_s": dram, "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
+            "dram_s": dram, "local_s": local, "latency_s": latency_s,
+            "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
             "latency": latency, "resident": resident, "acc": acc,
             "acc_regs": fmas, "reg_cap": np.full(n, cap)}, hw)
 
@@ -174,8 +193,9 @@ def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     kv, lanes = _lanes(flat, T, hw)
     dot = kv is not None and kv not in outs
     if not outs:
-        return np.ones(n), lanes.astype(np.float64), np.full(n, len(flat.inputs) * 1.0), \
-            np.full(n, float(hw.threads))
+        reads = np.full(n, len(flat.inputs) * 1.0)
+        return np.ones(n), lanes.astype(np.float64), reads, np.full(n, float(hw.threads)), \
+            reads * -(-hw.threads // 32), np.zeros(n)
     units = T[:, outs].astype(np.float64)
     if kv in outs:
         j = outs.index(kv)
@@ -204,23 +224,25 @@ def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
         reads += np.ceil(vals) * _read_slots(flat, t)
     out_threads = th.prod(axis=1)
     threads = np.where(2 * out_threads >= hw.threads, out_threads, float(hw.threads))
-    return acc, fmas, reads, threads
+    # Local-memory passes are not counted here (no schedule): a pass a warp's read, no stores.
+    return acc, fmas, reads, threads, reads * np.ceil(threads / 32), np.zeros(n)
 
 
 def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     """Per row, from the schedule the kernel will have (`schedule.make_schedule`): accumulator
     points a work-item holds, its multiply-adds a reduction step (points x vector lanes: the
     accumulator registers), its local reads a step (vectors along the vector index and runs
-    count once), and the work-items of a group."""
+    count once), the work-items of a group, and a warp's local-memory passes a reduction step
+    and a reduction tile (`local_banks`)."""
     uniq, inv = np.unique(T, axis=0, return_inverse=True)
     per = np.array([_schedule_facts(flat, tuple(int(v) for v in row), hw) for row in uniq])
     got = per[inv.reshape(-1)]
-    return got[:, 0], got[:, 1], got[:, 2], got[:, 3]
+    return tuple(got[:, j] for j in range(6))
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
-                    hw: HwModel) -> tuple[float, float, float, float]:
+                    hw: HwModel) -> tuple[float, ...]:
     s = make_schedule(flat, tile, hw)
     outs = list(flat.out_indices)
     acc_counts = s.acc_counts()
@@ -236,7 +258,10 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
         if s.run is not None and s.run.input == i:
             vals /= RUN  # runs (`gpu_form`)
         reads += np.ceil(vals) * _read_slots(flat, t)
-    return acc, fmas, reads, float(s.wg_threads)
+    banks = wavefronts(s)
+    step_passes, tile_passes = banks if banks is not None else \
+        (reads * -(-s.wg_threads // 32), 0.0)
+    return acc, fmas, reads, float(s.wg_threads), step_passes, tile_passes
 
 
 def bottleneck_of(line: str) -> str:
@@ -272,7 +297,9 @@ def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
                 f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
                 f"{int(pred['waves'][row])} waves of {int(pred['cycles'][row])} cycles, "
                 f"{int(pred['acc'][row])} accumulators)")
-    return (f"{head} x latency {pred['latency'][row]:.2f}, L2 {us['l2_s']:.1f} us, DRAM "
-            f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
+    return (f"{head} x latency {pred['latency'][row]:.2f}, local memory "
+            f"{pred['local_s'][row] * 1e6:.1f} us, round trips {pred['latency_s'][row] * 1e6:.1f}"
+            f" us, L2 {us['l2_s']:.1f} us, DRAM {us['dram_s']:.1f} us, fixed "
+            f"{us['fixed_s']:.1f} us; "
             f"{int(pred['resident'][row])} groups resident a compute unit, "
             f"{int(pred['acc'][row])} accumulators a work-item)")

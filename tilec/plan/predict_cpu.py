@@ -151,7 +151,8 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     bottleneck = np.where(over, _REGS, np.where(fixed > body, _LAUNCH, which))
     time = np.where(over, np.inf, body + fixed)
     return {"time": time, "bottleneck": bottleneck, "compute_s": compute, "l1_s": l1,
-            "l2_s": l2, "dram_s": dram, "fixed_s": fixed, "issue": fma / coeff.fma_ports / step,
+            "l2_s": l2, "dram_s": dram, "fixed_s": fixed,
+            "local_s": np.zeros(n), "latency_s": np.zeros(n), "issue": fma / coeff.fma_ports / step,
             "latency": np.minimum(1.0, fma / coeff.fma_ports / coeff.latency),
             "resident": np.ones(n), "acc": acc.astype(np.float64),
             "acc_regs": stats.get("vregs", acc).astype(np.float64),

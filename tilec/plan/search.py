@@ -147,10 +147,10 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if model not in ("time", "plaidml"):
         raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
     # Predictions go in the cost log wherever the model can make them, and rank the tiles of
-    # contractions without constraints.  For a padded convolution they rank the tiles only
-    # where the predicted best is in the matmul form (`_matmul_form`): there they ranked the
-    # H200's sweeps at rho 0.6-0.8; elsewhere (small register tiles, split reductions) they
-    # did not, and PlaidML's score ranks.
+    # contractions without constraints and, on GPUs, of padded convolutions too (their local
+    # tiles' bank conflicts are counted: `local_banks`).  On a CPU a padded convolution's
+    # tiles are ranked by time only where the predicted best is in the matmul form
+    # (`_matmul_form`); elsewhere PlaidML's score ranks.
     logged = model == "time" and can_predict(hw)
     start = time.perf_counter()
     top_k = max(1, top_k)
@@ -174,7 +174,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     timed = logged
     best, tally = _ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
                                 strategy) if logged else (None, None)
-    if logged and flat.constraints and not (best.shape[0] and _matmul_form(flat, best[0], hw)):
+    if logged and flat.constraints and hw.kind != "gpu" and \
+            not (best.shape[0] and _matmul_form(flat, best[0], hw)):
         timed = False
     if not timed:
         best, tally = _ranked_tiles(cands, top_k, es,
