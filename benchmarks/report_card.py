@@ -5,7 +5,8 @@ the model's predictions, one table.
 Per kernel (contractions, row-fused and attention kernels; elementwise kernels have one
 candidate and no grade): Spearman's rho between the model's order and the measured order,
 regret = the model's first choice's time / the fastest measured, and the first choice's
-predicted and measured time with their ratio.  The summary line gives the median rho, the
+predicted and measured time with their ratio, and the ties: pairs of candidates predicted the
+same time whose kernels differ.  The summary line gives the median rho, the
 largest regret and the largest miss of a first choice's prediction (max(p/m, m/p)).
 
     python benchmarks/report_card.py --device NVIDIA --kind gpu [--only "matmul,conv"]
@@ -20,6 +21,7 @@ import argparse
 import datetime
 import json
 import platform
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -43,11 +45,25 @@ def grade(case, config: Config, top_k: int, repeat: int, budget: float | None) -
         meas = first.seconds if first is not None and first.status == "ok" else None
         rows.append({"case": case.name, "kernel": t.kernel, "kind": t.kind,
                      "candidates": sum(m.status == "ok" for m in t.results),
+                     "ties": ties(t.results),
                      "rho": t.rho, "regret": t.regret, "predicted_ms":
                      None if pred is None else pred * 1e3,
                      "measured_ms": None if meas is None else meas * 1e3,
                      "device": report.device.label()})
     return rows
+
+
+def ties(results) -> int:
+    """Pairs of the graded candidates predicted the same time whose kernels differ (their
+    text without comments)."""
+    seen: dict[float, set[str]] = {}
+    for m in results:
+        c = m.candidate
+        if c.phase != "tile" or c.predicted is None:
+            continue
+        seen.setdefault(c.predicted, set()).add(
+            re.sub(r"/\*.*?\*/|//[^\n]*", "", c.source.text, flags=re.S))
+    return sum(len(v) * (len(v) - 1) // 2 for v in seen.values())
 
 
 def _fmt(v, spec: str) -> str:
@@ -70,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     print(f"# report card, {datetime.date.today()}, {platform.node()}, "
           f"`{' '.join(['python', 'benchmarks/report_card.py', *(argv or sys.argv[1:])])}`")
-    print("| case | kernel | candidates | rho | regret | predicted / measured ms | ratio |")
-    print("|---|---|---:|---:|---:|---|---:|")
+    print("| case | kernel | candidates | rho | regret | predicted / measured ms | ratio | ties |")
+    print("|---|---|---:|---:|---:|---|---:|---:|")
     for case in cases:
         for r in grade(case, config, args.top_k, args.repeat, args.budget):
             rows.append(r)
@@ -79,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = p / m if p and m else None
             print(f"| {r['case']} | {r['kernel']} ({r['kind']}) | {r['candidates']} | "
                   f"{_fmt(r['rho'], '+.2f')} | {_fmt(r['regret'], '.3f')} | "
-                  f"{_fmt(p, '.4g')} / {_fmt(m, '.4g')} | {_fmt(ratio, '.2f')} |", flush=True)
+                  f"{_fmt(p, '.4g')} / {_fmt(m, '.4g')} | {_fmt(ratio, '.2f')} | {r['ties']} |",
+                  flush=True)
     if rows:
         print(f"device: {rows[0]['device']}")
     rhos = [r["rho"] for r in rows if r["rho"] is not None]
@@ -89,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(rhos) if rhos else None
     print(f"kernels {len(rows)}; median rho {_fmt(median, '+.2f')}"
           f"; largest regret {_fmt(max(regrets) if regrets else None, '.3f')}"
-          f"; largest prediction miss {_fmt(max(misses) if misses else None, '.2f')}x")
+          f"; largest prediction miss {_fmt(max(misses) if misses else None, '.2f')}x"
+          f"; ties {sum(r['ties'] for r in rows)}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
