@@ -203,36 +203,26 @@ def test_a_cluster_in_process_records_what_one_worker_records(tmp_path):
 
 
 @needs_device
-def test_two_worker_processes_choose_as_one_within_the_timing_noise(tmp_path, monkeypatch):
-    """Real timing: where a choice differs, the two tiles' times were within the noise
-    allowance of each other in both runs."""
+def test_two_worker_processes_choose_as_one(tmp_path, monkeypatch):
+    """Worker processes (the Nanny's), one and two of them, the timer injected so that the
+    outcome does not hang on this machine's load: the same choice for every kernel, each
+    worker took kernels, and the Nanny's thread setting is undone afterwards."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the workers' cache root
-    allowance = 0.15
     threads = os.environ.get("OMP_NUM_THREADS")
     ledgers = []
     for workers in (1, 2):
         config = Config(records_path=tmp_path / f"w{workers}.jsonl")
         ledger = Ledger(RecordStore(config.records_path))
         with cluster.connect("local", None, workers) as client:
-            cluster.tune_on(client, example_jobs(config), Settings(repeat=3, warmup=1), ledger)
+            cluster.tune_on(client, example_jobs(config),
+                            Settings(repeat=3, warmup=1, timer=fake_time), ledger)
         assert ledger.complete(), ledger.summary()
         assert len({r.worker for r in ledger.results}) == workers
         assert os.environ.get("OMP_NUM_THREADS") == threads  # the Nanny's setting undone
         ledgers.append(ledger)
     one, two = (choices(x) for x in ledgers)
-    assert one.keys() == two.keys() and len(one) == len(list(EXAMPLES.glob("*.tile")))
-
-    def times(ledger: Ledger, key) -> dict:
-        (r,) = [r for r in ledger.results if (r.device, r.tuning.record.digest) == key]
-        return {(m.candidate.tile, m.candidate.local_size): m.seconds
-                for m in r.tuning.results if m.status == "ok"}
-
-    for key in one:
-        if one[key] != two[key]:
-            for ledger in ledgers:
-                t = times(ledger, key)
-                a, b = t[one[key]], t[two[key]]
-                assert abs(a - b) <= allowance * min(a, b), (key, one[key], two[key], t)
+    assert len(one) == len(list(EXAMPLES.glob("*.tile")))
+    assert one == two
 
 
 @needs_device
