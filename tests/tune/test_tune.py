@@ -200,8 +200,8 @@ def test_noise_margin_grows_with_the_spread():
 def test_a_wrong_candidate_is_reported_and_never_chosen(tmp_path, monkeypatch):
     real = tune_mod.variant
 
-    def broken(kernel, plan, hw, config, tile, threads):
-        src = real(kernel, plan, hw, config, tile, threads)
+    def broken(kernel, plan, hw, config, tile, threads, code=""):
+        src = real(kernel, plan, hw, config, tile, threads, code)
         if tile == broken.victim:  # launch too few groups: some outputs stay poisoned
             return replace(src, global_size=src.local_size)
         return src

@@ -17,7 +17,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
-from ..plan.schedule import make_schedule
+from ..plan.schedule import UNPIPELINED, make_schedule
 from .attention_tiled import attention_forms, attention_kernel
 from .contraction import KernelSource, contraction_source, plain_vector_access
 from .elementwise import elementwise_source, init_source
@@ -72,11 +72,11 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
     for k in plan.kernels:
         if isinstance(k, ContractionKernel):
             dtype = plan.program.tensors[k.op.output].dtype
-            threads = config.threads
+            threads, code = config.threads, ""
             if tiles and k.name in tiles:
                 tile, lines, result = tiles[k.name], [], None
             elif (rec := _record_choice(k, hw, config, dtype, tuned)) is not None:
-                tile, lines, threads = rec
+                tile, lines, threads, code = rec
                 result = None
             else:
                 tile, lines, result = plan_tile(k, hw, config, dtype)
@@ -84,7 +84,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
                                   staging=config.staging, threads=threads,
                                   split_reduction=config.split_reduction,
-                                  gpu_forms=config.gpu_forms)
+                                  gpu_forms=config.gpu_forms, pipeline=code != UNPIPELINED)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,
@@ -134,7 +134,8 @@ def _record_form(k: AttentionKernel, hw: HwModel, config: Config,
 
 def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str,
                    tuned: Mapping[str, TuneRecord] | None):
-    """(tile, cost lines, threads) from a tuning record, or None to search as usual."""
+    """(tile, cost lines, threads, code variant) from a tuning record, or None to search as
+    usual."""
     from ..plan.search import tile_log
 
     found = _record_tile(k, config, tuned)
@@ -142,10 +143,12 @@ def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str
         return None
     rec, tile = found
     _, lines = tile_log(k.flat, hw, tile, k.post_op_count, dtype, config.cost_model)
+    code = getattr(rec, "variant", "")
     note = (f"tuned: measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
-            + (f" (threads {rec.threads})" if rec.threads else ""))
+            + (f" (threads {rec.threads})" if rec.threads else "")
+            + (f", {code}" if code else ""))
     threads = config.threads if config.threads is not None else rec.threads
-    return tile, [note] + lines, threads
+    return tile, [note] + lines, threads, code
 
 
 def _record_tile(k: ContractionKernel, config: Config,

@@ -123,16 +123,23 @@ def _pow2_divisor(n: int, cap: int) -> int:
     return w
 
 
+# Code variants of a tile that `tilec tune` may time and its records name ("": the default).
+UNPIPELINED = "unpipelined"  # make_schedule(pipeline=False)
+VARIANTS = ("", UNPIPELINED)
+
+
 def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                   vec: int | None = None, staging: str | None = None,
                   threads: int | None = None,
                   split_reduction: bool | int | None = None,
-                  gpu_forms: bool | None = None) -> Schedule:
+                  gpu_forms: bool | None = None, pipeline: bool = True) -> Schedule:
     """`split_reduction`: None decides (see `split_choice`), False never splits, True splits
     with the threads the output leaves over (4 where it leaves fewer than 2), an int asks for
     that many threads on the reduction index (a power of two; fewer where the tile is short).
     `gpu_forms` (`gpu_form`'s runs and pipelined loop): None = on a GPU model staging in local
-    memory, False = never, True = wherever inputs are staged."""
+    memory, False = never, True = wherever inputs are staged.  `pipeline=False` keeps the
+    reduction loop unpipelined where the forms would pipeline it (a variant `tilec tune`
+    times: the registers the pipelined loop holds can cost a compute unit work-groups)."""
     width = hw.vec_size if vec is None else vec
     use_local = (staging or hw.staging) == "local"
     forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
@@ -174,8 +181,8 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         for k2 in flat.reduce_indices:
             trips *= -(-flat.ranges[k2] // tile[k2])
         live = [st for st in staged if st is not None]
-        if pipeline_fits([_elems(st) for st in live], [st.elems for st in live],
-                         sched.wg_threads, trips, hw.local_mem_bytes):
+        if pipeline and pipeline_fits([_elems(st) for st in live], [st.elems for st in live],
+                                      sched.wg_threads, trips, hw.local_mem_bytes):
             sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged,
                              run=run, pipeline=True)
     return sched

@@ -28,7 +28,7 @@ SCOUT_FACTOR = 4.0
 class Candidate:
     kernel: str
     kind: str  # "contraction" or "elementwise"
-    phase: str  # "tile" (the model's top-k) or "lws" (local work sizes)
+    phase: str  # "tile" (the model's top-k), "lws" (local work sizes) or "variant" (code)
     tile: tuple[tuple[str, int], ...]
     threads: int | None  # contraction: thread budget (= its work-group size)
     local_size: int | None  # the launch's local size; None: the driver's choice
@@ -37,10 +37,12 @@ class Candidate:
     source: KernelSource
     predicted: float | None = None  # the time model's seconds (`plan.predict`), where it has one
     bottleneck: str = ""  # the prediction's limiting resource
+    variant: str = ""  # a code variant of the tile (`records.VARIANTS`)
 
     def label(self) -> str:
         tile = " ".join(f"{n}={t}" for n, t in self.tile)
-        return f"{tile} local={self.local_size or 'auto'}".strip()
+        extra = f" {self.variant}" if self.variant else ""
+        return f"{tile} local={self.local_size or 'auto'}{extra}".strip()
 
 
 @dataclass(frozen=True)

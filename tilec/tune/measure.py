@@ -38,7 +38,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kern
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
-from ..plan.schedule import make_schedule
+from ..plan.schedule import UNPIPELINED, make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, hw_model_for
 from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
@@ -208,16 +208,25 @@ def _tune_one(run: Runner, prep: Prepared, k, lws: bool, lws_tiles: int) -> Kern
 # -- per kernel ----------------------------------------------------------------------------------
 
 def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Config,
-            tile: tuple[int, ...], threads: int | None) -> KernelSource:
-    """The contraction's kernel for one tile and thread budget."""
-    sched = make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
-                          staging=config.staging, threads=threads,
-                          split_reduction=config.split_reduction,
-                          gpu_forms=config.gpu_forms)
+            tile: tuple[int, ...], threads: int | None, code: str = "") -> KernelSource:
+    """The contraction's kernel for one tile, thread budget and code variant."""
+    sched = _schedule(kernel, hw, config, tile, threads, code)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
     # As compile renders it (`codegen.generate`): the model's mul-add form and vector access.
     return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"],
                               hw.muladd, plain_vector_access(hw))
+
+
+def _schedule(kernel: ContractionKernel, hw: HwModel, config: Config, tile: tuple[int, ...],
+              threads: int | None, code: str = ""):
+    return make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
+                         staging=config.staging, threads=threads,
+                         split_reduction=config.split_reduction,
+                         gpu_forms=config.gpu_forms, pipeline=code != UNPIPELINED)
+
+
+# Tiles (the fastest measured) whose unpipelined variant is timed too.
+VARIANT_TILES = 2
 
 
 def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
@@ -235,13 +244,14 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
         top = [(tuple(current.tile[n] for n in names), None)]
     default_threads = config.threads if config.threads is not None else hw.threads
 
-    def cand(rank: int, tile: tuple[int, ...], score, threads: int, phase: str) -> Candidate:
-        src = variant(k, plan, hw, config, tile, threads)
-        # The prediction is for the model's thread count; other budgets have none.
-        pred = predicted.get(tuple(tile)) if threads == default_threads else None
+    def cand(rank: int, tile: tuple[int, ...], score, threads: int, phase: str,
+             code: str = "") -> Candidate:
+        src = variant(k, plan, hw, config, tile, threads, code)
+        # The prediction is for the model's thread count and form; others have none.
+        pred = predicted.get(tuple(tile)) if threads == default_threads and not code else None
         return Candidate(k.name, "contraction", phase, tuple(zip(names, tile, strict=True)),
                          src.local_size, src.local_size, rank, score, src,
-                         pred[0] if pred else None, pred[1] if pred else "")
+                         pred[0] if pred else None, pred[1] if pred else "", code)
 
     results = run.measure([cand(r, t, s, default_threads, "tile") for r, (t, s) in
                            enumerate(top)], first=True)
@@ -252,10 +262,7 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
         extra = []
         for m in sorted(tile_ok, key=lambda m: m.seconds)[:lws_tiles]:
             tile = tuple(t for _, t in m.candidate.tile)
-            widest = make_schedule(k.flat, tile, hw, vec=config.vector_width,
-                                   staging=config.staging, threads=1 << 30,
-                                   split_reduction=config.split_reduction,
-                          gpu_forms=config.gpu_forms).wg_threads
+            widest = _schedule(k, hw, config, tile, 1 << 30).wg_threads
             # Nearest the model's thread count first: a budget runs out on the far ones.
             here = m.candidate.threads or default_threads
             for t in sorted(thread_budgets(widest, kwg, items),
@@ -264,11 +271,19 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
                 if (c.tile, c.local_size) not in seen:
                     seen.add((c.tile, c.local_size))
                     extra.append(c)
-        run.total += len(extra)
-        # The tiles are timed again with the local sizes: one set of rounds, one clock.
-        timed = run.measure(extra, retime=tile_ok)
-        again = {id(m.candidate): t for m, t in zip(tile_ok, timed[len(extra):], strict=True)}
-        results = [again.get(id(m.candidate), m) for m in results] + timed[:len(extra)]
+        results = _measure_more(run, results, extra)
+    # The unpipelined variant of the fastest tiles whose loop is pipelined (the registers the
+    # pipelined loop holds can cost a compute unit work-groups: the model does not see it).
+    extra = []
+    tile_ok = [m for m in results if m.status == "ok" and m.candidate.phase == "tile"]
+    for m in sorted(tile_ok, key=lambda m: m.seconds)[:VARIANT_TILES]:
+        tile = tuple(t for _, t in m.candidate.tile)
+        threads = m.candidate.threads or default_threads
+        if _schedule(k, hw, config, tile, threads).pipeline:
+            extra.append(cand(m.candidate.rank, tile, m.candidate.score, threads, "variant",
+                              UNPIPELINED))
+    if extra:
+        results = _measure_more(run, results, extra)
     ok = [m for m in results if m.status == "ok"]
     tile_ok = [m for m in ok if m.candidate.phase == "tile"]
     rho = spearman([m.candidate.rank for m in tile_ok], [m.seconds for m in tile_ok])
@@ -276,6 +291,17 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
     regret = (first.seconds / min(m.seconds for m in tile_ok)  # type: ignore[operator]
               if first.status == "ok" and tile_ok else None)
     return _finish(k, plan, hw, config, device, results, first, rho, regret)
+
+
+def _measure_more(run: Runner, results: list[Measurement],
+                  extra: list[Candidate]) -> list[Measurement]:
+    """`results` with `extra` candidates measured after them: those measured already are
+    timed again in the same rounds as the extra ones (one set of rounds, one clock)."""
+    ok = [m for m in results if m.status == "ok"]
+    run.total += len(extra)
+    timed = run.measure(extra, retime=ok)
+    again = {id(m.candidate): t for m, t in zip(ok, timed[len(extra):], strict=True)}
+    return [again.get(id(m.candidate), m) for m in results] + timed[:len(extra)]
 
 
 def _tune_elementwise(run: Runner, k, plan: KernelPlan, hw: HwModel, config: Config,
@@ -379,7 +405,8 @@ def _finish(k, plan: KernelPlan, hw: HwModel, config: Config, device: DeviceKey,
         record = make_record(device, k, plan, hw, config, tile=dict(c.tile),
                              threads=c.threads, local_size=c.local_size,
                              seconds=best.seconds, rho=rho, regret=regret,  # type: ignore
-                             candidates=len(ok), pairs=pairs)  # type: ignore[arg-type]
+                             candidates=len(ok), pairs=pairs,  # type: ignore[arg-type]
+                             variant=c.variant)
     kind = ("contraction" if isinstance(k, ContractionKernel) else
             "rows" if isinstance(k, RowKernel) else
             "attention" if hasattr(k, "statements") else "elementwise")

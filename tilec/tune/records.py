@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TileError
+from ..plan.schedule import VARIANTS
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -82,6 +83,8 @@ class TuneRecord:
     # (predicted seconds, measured seconds, the prediction's limiting resource) of each
     # candidate the time model predicted (`plan.predict`); `tune.correction` fits from them.
     pairs: tuple[tuple[float, float, str], ...] = ()
+    # A code variant of the tile (`plan.schedule.VARIANTS`; "" the default).
+    variant: str = ""
 
     @property
     def key(self) -> tuple[DeviceKey, str, Shapes]:
@@ -105,7 +108,7 @@ class TuneRecord:
                 "local_size": self.local_size, "seconds": self.seconds, "rho": self.rho,
                 "regret": self.regret, "candidates": self.candidates,
                 "created": self.created, "tilec": self.tilec,
-                "pairs": [list(p) for p in self.pairs]}
+                "pairs": [list(p) for p in self.pairs], "variant": self.variant}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TuneRecord:
@@ -127,7 +130,14 @@ class TuneRecord:
             seconds=float(d["seconds"]), rho=opt_float(d.get("rho")),
             regret=opt_float(d.get("regret")), candidates=int(d.get("candidates", 0)),
             created=float(d.get("created", 0.0)), tilec=str(d.get("tilec", "")),
-            pairs=tuple((float(p), float(m), str(b)) for p, m, b in d.get("pairs", ())))
+            pairs=tuple((float(p), float(m), str(b)) for p, m, b in d.get("pairs", ())),
+            variant=_variant(d.get("variant", "")))
+
+
+def _variant(v: Any) -> str:
+    if v not in VARIANTS:
+        raise ValueError(f"unknown code variant {v!r} (known: {', '.join(map(repr, VARIANTS))})")
+    return str(v)
 
 
 # -- the file ------------------------------------------------------------------------------------
@@ -270,7 +280,8 @@ def make_record(device: DeviceKey, kernel: Kernel, plan: KernelPlan, hw: HwModel
                 config: Config, *, tile: Mapping[str, int], threads: int | None,
                 local_size: int | None, seconds: float, rho: float | None,
                 regret: float | None, candidates: int,
-                pairs: tuple[tuple[float, float, str], ...] = ()) -> TuneRecord:
+                pairs: tuple[tuple[float, float, str], ...] = (),
+                variant: str = "") -> TuneRecord:
     from ..version import __version__
 
     return TuneRecord(device=device, kernel=kernel.name,
@@ -278,4 +289,4 @@ def make_record(device: DeviceKey, kernel: Kernel, plan: KernelPlan, hw: HwModel
                       shapes=kernel_shapes(kernel, plan), tile=tuple(tile.items()),
                       threads=threads, local_size=local_size, seconds=seconds, rho=rho,
                       regret=regret, candidates=candidates, created=time.time(),
-                      tilec=__version__, pairs=pairs)
+                      tilec=__version__, pairs=pairs, variant=variant)
