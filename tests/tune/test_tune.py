@@ -152,14 +152,15 @@ def test_injected_timer_picks_the_fastest_and_compile_uses_it(tmp_path):
 
     report = tune(MATMUL, MM_SHAPES, config=config, top_k=3, timer=lambda c: times[c.rank])
     (k,) = report.kernels
-    assert [m.status for m in k.results] == ["ok"] * 3
+    tiles = [m for m in k.results if m.candidate.phase == "tile"]
+    assert [m.status for m in tiles] == ["ok"] * 3
     assert k.best is k.results[2]
     assert k.regret == pytest.approx(3.0)
     assert k.rho == pytest.approx(-1.0)
     assert k.gain == pytest.approx(3.0)
     assert report.records_path == tmp_path / "r.jsonl"
     rec = k.record
-    assert rec is not None and rec.seconds == 1e-3 and rec.candidates == 3
+    assert rec is not None and rec.seconds == 1e-3 and rec.candidates == len(k.results)
 
     exe = tile_compile(MATMUL, MM_SHAPES, config=config)
     assert set(exe.tuned) == {"contract_C"}

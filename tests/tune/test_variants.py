@@ -11,7 +11,7 @@ import pytest
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.plan.hw import HwModel
-from tilec.plan.schedule import UNPIPELINED, make_schedule
+from tilec.plan.schedule import ROLLED, UNPIPELINED, make_schedule
 from tilec.tune.measure import tune
 from tilec.tune.records import DeviceKey, TuneRecord
 
@@ -29,7 +29,7 @@ def test_the_unpipelined_variant_of_a_pipelined_schedule():
     flat, hw = matmul_flat(64, 64, 128), HwModel.load("nvidia-h100")
     tile = (16, 32, 32)  # flat order k, m, n
     assert make_schedule(flat, tile, hw).pipeline
-    plain = make_schedule(flat, tile, hw, pipeline=False)
+    plain = make_schedule(flat, tile, hw, variant=UNPIPELINED)
     assert not plain.pipeline and plain.run == make_schedule(flat, tile, hw).run
 
 
@@ -74,3 +74,29 @@ def test_tune_times_the_unpipelined_variant_and_compile_replays_it(tmp_path):
                                                         use_tuning_records=False))
     assert again.tuned == {}
     _check(again)
+
+
+DEPTHWISE = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
+  R[n, x, y, c : N, X, Y, C] = +(D[n, x+i-1, y+j-1, c] * K[i, j, c]); }"""
+DW_SHAPES = {"D": (1, 12, 10, 16), "K": (3, 3, 16)}
+
+
+@needs_device
+def test_cpu_tiles_are_timed_with_their_reduction_loops_rolled(tmp_path):
+    config = Config(records_path=tmp_path / "r.jsonl", hw="pocl-cpu",
+                    tiles={"*": {"x": 2, "y": 5, "c": 16}})
+    report = tune(DEPTHWISE, DW_SHAPES, config=config, top_k=1,
+                  timer=lambda c: 1e-3 if c.variant == ROLLED else 2e-3)
+    (k,) = report.kernels
+    assert [(m.candidate.variant, m.status) for m in k.results] == [("", "ok"), (ROLLED, "ok")]
+    assert "#pragma unroll" in k.results[0].candidate.source.text
+    assert "#pragma unroll" not in k.results[1].candidate.source.text
+    assert k.record.variant == ROLLED
+
+    exe = tile_compile(DEPTHWISE, DW_SHAPES, config=replace(config, tiles={}))
+    assert set(exe.tuned) == {"contract_R"} and "#pragma unroll" not in exe.source
+    rng = np.random.default_rng(5)
+    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in DW_SHAPES.items()}
+    outs = exe.run(arrays, poison=True)
+    v = exe.check(exe._inputs(arrays), outs)
+    assert v.ok, v.worst

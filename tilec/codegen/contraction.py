@@ -278,7 +278,7 @@ class _Contraction:
         # A pipelined GPU loop (`pipeline`) may unroll 16 trips: its tile is in local memory,
         # and the unrolled local reads are what the compiler schedules around the FMAs.
         longest = 16 if self.pipe else 8
-        for k in reversed(order):
+        for k in reversed(order if not s.rolled else []):  # rolled: a tuned variant
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
             if trips > longest or copies * trips > UNROLL_COPIES:
                 continue

@@ -17,7 +17,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
-from ..plan.schedule import UNPIPELINED, make_schedule
+from ..plan.schedule import make_schedule
 from .attention_tiled import attention_forms, attention_kernel
 from .contraction import KernelSource, contraction_source, plain_vector_access
 from .elementwise import elementwise_source, init_source
@@ -84,7 +84,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
                                   staging=config.staging, threads=threads,
                                   split_reduction=config.split_reduction,
-                                  gpu_forms=config.gpu_forms, pipeline=code != UNPIPELINED)
+                                  gpu_forms=config.gpu_forms, variant=code)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,

@@ -6,7 +6,7 @@ too (`split_reduction`), and, when inputs are staged in local memory, each input
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
@@ -44,6 +44,9 @@ class Schedule:
     # registers while this one is computed, the local tiles double-buffered.
     run: RunChoice | None = None
     pipeline: bool = False
+    # The reduction loops are left rolled (no unroll hints): a variant `tilec tune` times on
+    # CPUs, where LLVM's handling of the unrolled loops can spill (`VARIANTS`).
+    rolled: bool = False
 
     @property
     def out_threads(self) -> int:
@@ -124,22 +127,26 @@ def _pow2_divisor(n: int, cap: int) -> int:
 
 
 # Code variants of a tile that `tilec tune` may time and its records name ("": the default).
-UNPIPELINED = "unpipelined"  # make_schedule(pipeline=False)
-VARIANTS = ("", UNPIPELINED)
+UNPIPELINED = "unpipelined"  # the reduction loop not pipelined where the GPU forms would
+ROLLED = "rolled"  # the reduction loops not unrolled
+VARIANTS = ("", UNPIPELINED, ROLLED)
 
 
 def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                   vec: int | None = None, staging: str | None = None,
                   threads: int | None = None,
                   split_reduction: bool | int | None = None,
-                  gpu_forms: bool | None = None, pipeline: bool = True) -> Schedule:
+                  gpu_forms: bool | None = None, variant: str = "") -> Schedule:
     """`split_reduction`: None decides (see `split_choice`), False never splits, True splits
     with the threads the output leaves over (4 where it leaves fewer than 2), an int asks for
     that many threads on the reduction index (a power of two; fewer where the tile is short).
     `gpu_forms` (`gpu_form`'s runs and pipelined loop): None = on a GPU model staging in local
-    memory, False = never, True = wherever inputs are staged.  `pipeline=False` keeps the
-    reduction loop unpipelined where the forms would pipeline it (a variant `tilec tune`
-    times: the registers the pipelined loop holds can cost a compute unit work-groups)."""
+    memory, False = never, True = wherever inputs are staged.  `variant` (`VARIANTS`, which
+    `tilec tune` times): UNPIPELINED keeps the reduction loop unpipelined where the forms would
+    pipeline it (the registers the pipelined loop holds can cost a compute unit work-groups),
+    ROLLED leaves the reduction loops rolled."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown code variant {variant!r}")
     width = hw.vec_size if vec is None else vec
     use_local = (staging or hw.staging) == "local"
     forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
@@ -181,11 +188,12 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         for k2 in flat.reduce_indices:
             trips *= -(-flat.ranges[k2] // tile[k2])
         live = [st for st in staged if st is not None]
-        if pipeline and pipeline_fits([_elems(st) for st in live], [st.elems for st in live],
-                                      sched.wg_threads, trips, hw.local_mem_bytes):
+        if variant != UNPIPELINED and pipeline_fits(
+                [_elems(st) for st in live], [st.elems for st in live], sched.wg_threads, trips,
+                hw.local_mem_bytes):
             sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged,
                              run=run, pipeline=True)
-    return sched
+    return replace(sched, rolled=True) if variant == ROLLED else sched
 
 
 def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, budget: int,

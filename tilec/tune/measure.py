@@ -38,7 +38,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kern
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
-from ..plan.schedule import UNPIPELINED, make_schedule
+from ..plan.schedule import ROLLED, UNPIPELINED, make_schedule
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, hw_model_for
 from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
@@ -222,12 +222,23 @@ def _schedule(kernel: ContractionKernel, hw: HwModel, config: Config, tile: tupl
     return make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
                          staging=config.staging, threads=threads,
                          split_reduction=config.split_reduction,
-                         gpu_forms=config.gpu_forms, pipeline=code != UNPIPELINED)
+                         gpu_forms=config.gpu_forms, variant=code)
 
 
-# Pipelined tiles (the fastest measured) whose unpipelined variant is timed too: on the
-# H200's seed conv at N=32 the one it helped (3.77 -> 3.30 ms) was the third fastest.
+# Tiles (the fastest measured that have one) whose code variant is timed too: on the H200's
+# seed conv at N=32 the one the unpipelined loop helped (3.77 -> 3.30 ms) was the third fastest.
 VARIANT_TILES = 3
+
+
+def _variant_of(k: ContractionKernel, hw: HwModel, config: Config, c: Candidate,
+                threads: int) -> str:
+    """The code variant worth timing for a measured candidate ("" none)."""
+    tile = tuple(t for _, t in c.tile)
+    if _schedule(k, hw, config, tile, threads).pipeline:
+        return UNPIPELINED
+    if hw.kind == "cpu" and "#pragma unroll" in c.source.text:
+        return ROLLED
+    return ""
 
 
 def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
@@ -273,16 +284,19 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
                     seen.add((c.tile, c.local_size))
                     extra.append(c)
         results = _measure_more(run, results, extra)
-    # The unpipelined variant of the fastest tiles whose loop is pipelined (the registers the
-    # pipelined loop holds can cost a compute unit work-groups: the model does not see it).
+    # Code variants of the fastest tiles, where they apply: on GPUs the pipelined loop
+    # unpipelined (the registers it holds can cost a compute unit work-groups), on CPUs the
+    # unrolled reduction loops rolled (LLVM can spill the unrolled ones).  The model does not
+    # see either; the measurement decides.
     extra = []
     tile_ok = [m for m in results if m.status == "ok" and m.candidate.phase == "tile"]
     for m in sorted(tile_ok, key=lambda m: m.seconds):
         tile = tuple(t for _, t in m.candidate.tile)
         threads = m.candidate.threads or default_threads
-        if len(extra) < VARIANT_TILES and _schedule(k, hw, config, tile, threads).pipeline:
+        code = _variant_of(k, hw, config, m.candidate, threads)
+        if len(extra) < VARIANT_TILES and code:
             extra.append(cand(m.candidate.rank, tile, m.candidate.score, threads, "variant",
-                              UNPIPELINED))
+                              code))
     if extra:
         results = _measure_more(run, results, extra)
     ok = [m for m in results if m.status == "ok"]
