@@ -247,14 +247,15 @@ def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, to
     from dataclasses import fields
 
     from .. import memo
-    from . import cost, predict, predict_cpu, schedule
+    from . import cost, gpu_form, local_banks, predict, predict_cpu, schedule
     from . import flat as flat_mod
     from . import hw as hw_mod
     from . import layout as layout_mod
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
-                                               predict, predict_cpu, sys.modules[__name__]))
+                                               gpu_form, local_banks, predict, predict_cpu,
+                                               sys.modules[__name__]))
     contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
     return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
                        top_k, post_inputs, limit, timed)
