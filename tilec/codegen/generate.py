@@ -24,7 +24,7 @@ from .elementwise import elementwise_source, init_source
 from .rows import row_source
 
 # A tuning record as generate reads it (tilec.tune.records.TuneRecord): `tile_for(names,
-# ranges)`, `seconds`, `threads`, `local_size`, `device.device`.
+# ranges)`, `seconds`, `threads`, `local_size`, `variant`, `device.device`.
 TuneRecord = Any
 
 
@@ -49,6 +49,16 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
                     model=config.cost_model,
                     cache=search_cache_dir(config))
     return tuple(result.tile), result.log_lines(0), result
+
+
+def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
+                 tile: tuple[int, ...], threads: int | None, variant: str = ""):
+    """The schedule of one contraction tile under the config's codegen options (what compile
+    builds, and what `tilec tune` times)."""
+    return make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
+                         staging=config.staging, threads=threads,
+                         split_reduction=config.split_reduction,
+                         gpu_forms=config.gpu_forms, variant=variant)
 
 
 def search_cache_dir(config: Config):
@@ -81,10 +91,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             else:
                 tile, lines, result = plan_tile(k, hw, config, dtype)
             searches[k.name] = result
-            sched = make_schedule(k.flat, tile, hw, vec=config.vector_width,
-                                  staging=config.staging, threads=threads,
-                                  split_reduction=config.split_reduction,
-                                  gpu_forms=config.gpu_forms, variant=code)
+            sched = schedule_for(k, hw, config, tile, threads, code)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,
@@ -143,7 +150,7 @@ def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str
         return None
     rec, tile = found
     _, lines = tile_log(k.flat, hw, tile, k.post_op_count, dtype, config.cost_model)
-    code = getattr(rec, "variant", "")
+    code = rec.variant
     note = (f"tuned: measured {rec.seconds * 1e3:.4g} ms on {rec.device.device}"
             + (f" (threads {rec.threads})" if rec.threads else "")
             + (f", {code}" if code else ""))

@@ -49,6 +49,9 @@ from .schedule import make_schedule, vector_candidates
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
                "round trips")
 # L1: CPUs; local memory: its passes (`local_banks`); round trips: reduction tiles in a row
+# The GPU terms joined by the p-norm, in `predict_many`'s order, as indices into BOTTLENECKS.
+_TERM_BOTTLENECKS = np.array([BOTTLENECKS.index(b) for b in
+                              ("compute", "L2", "DRAM", "local memory", "round trips")])
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,9 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # The terms overlap, but not perfectly: a p-norm is near the largest and still grows with
     # the others (tiles limited by the same resource are not all predicted alike).
     body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
-    which = np.array([0, 1, 2, 6, 7])[terms.argmax(axis=1)]
-    bottleneck = np.where(spills, 4, np.where(fixed > body, 3, which))
+    which = _TERM_BOTTLENECKS[terms.argmax(axis=1)]
+    bottleneck = np.where(spills, BOTTLENECKS.index("registers"),
+                          np.where(fixed > body, BOTTLENECKS.index("launch"), which))
     time = np.where(spills, np.inf, body + fixed)
     return corrected({"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
             "dram_s": dram, "local_s": local, "latency_s": latency_s,

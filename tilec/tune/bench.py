@@ -37,7 +37,7 @@ class Candidate:
     source: KernelSource
     predicted: float | None = None  # the time model's seconds (`plan.predict`), where it has one
     bottleneck: str = ""  # the prediction's limiting resource
-    variant: str = ""  # a code variant of the tile (`records.VARIANTS`)
+    variant: str = ""  # a code variant of the tile (`plan.schedule.VARIANTS`)
 
     def label(self) -> str:
         tile = " ".join(f"{n}={t}" for n, t in self.tile)

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
-from ..codegen.generate import generate, with_local_size
+from ..codegen.generate import generate, schedule_for, with_local_size
 from ..config import Config
 from ..errors import Source, TileError
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
-from ..plan.schedule import ROLLED, UNPIPELINED, make_schedule
+from ..plan.schedule import ROLLED, UNPIPELINED
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, hw_model_for
 from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
@@ -210,19 +210,11 @@ def _tune_one(run: Runner, prep: Prepared, k, lws: bool, lws_tiles: int) -> Kern
 def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Config,
             tile: tuple[int, ...], threads: int | None, code: str = "") -> KernelSource:
     """The contraction's kernel for one tile, thread budget and code variant."""
-    sched = _schedule(kernel, hw, config, tile, threads, code)
+    sched = schedule_for(kernel, hw, config, tile, threads, code)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
     # As compile renders it (`codegen.generate`): the model's mul-add form and vector access.
     return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"],
                               hw.muladd, plain_vector_access(hw))
-
-
-def _schedule(kernel: ContractionKernel, hw: HwModel, config: Config, tile: tuple[int, ...],
-              threads: int | None, code: str = ""):
-    return make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
-                         staging=config.staging, threads=threads,
-                         split_reduction=config.split_reduction,
-                         gpu_forms=config.gpu_forms, variant=code)
 
 
 # Tiles (the fastest measured that have one) whose code variant is timed too: on the H200's
@@ -234,7 +226,7 @@ def _variant_of(k: ContractionKernel, hw: HwModel, config: Config, c: Candidate,
                 threads: int) -> str:
     """The code variant worth timing for a measured candidate ("" none)."""
     tile = tuple(t for _, t in c.tile)
-    if _schedule(k, hw, config, tile, threads).pipeline:
+    if schedule_for(k, hw, config, tile, threads).pipeline:
         return UNPIPELINED
     if hw.kind == "cpu" and "#pragma unroll" in c.source.text:
         return ROLLED
@@ -274,7 +266,7 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
         extra = []
         for m in sorted(tile_ok, key=lambda m: m.seconds)[:lws_tiles]:
             tile = tuple(t for _, t in m.candidate.tile)
-            widest = _schedule(k, hw, config, tile, 1 << 30).wg_threads
+            widest = schedule_for(k, hw, config, tile, 1 << 30).wg_threads
             # Nearest the model's thread count first: a budget runs out on the far ones.
             here = m.candidate.threads or default_threads
             for t in sorted(thread_budgets(widest, kwg, items),
