@@ -143,7 +143,20 @@ def _torch_time(name: str, batch: int, x: np.ndarray, repeat: int) -> float | No
     return t
 
 
-def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int) -> None:
+def _profile(exe, top: int) -> None:
+    """The `top` slowest kernels of the last call: where a model's time goes."""
+    launch = exe.last
+    total = sum(launch.last_timings.values())
+    rows = sorted(launch.kernels, key=lambda k: -launch.last_timings.get(k.name, 0.0))
+    for k in rows[:top]:
+        t = launch.last_timings.get(k.name, 0.0)
+        rate = f"{k.flops / t * 1e-9:.0f} GFLOP/s" if t and k.flops else "-"
+        print(f"#   {k.name} ({k.kind}): {t * 1e3:.3f} ms ({t / total:.0%}), {rate}, "
+              f"global {k.global_size} local {k.local_size}, tile {k.tile}", flush=True)
+
+
+def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
+        profile: int = 0) -> None:
     import tilec.onnx
     from tilec.config import Config
 
@@ -182,6 +195,8 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             peer_text = f"{peer * 1e3:.3f} ms" if peer else "-"
             print(f"| {name} | {len(exe.kernels)} | {cold:.1f} s | {warm:.2f} s | "
                   f"{ours * 1e3:.3f} ms | {peer_text} | {ratio} | {max(errs):.1e} |", flush=True)
+            if profile:
+                _profile(exe, profile)
         except Exception as e:  # one model's failure is a row, not the end of the table
             first = str(e).splitlines()[0][:150] if str(e) else type(e).__name__
             print(f"| {name} | failed: {first} | | | | | | |", flush=True)
@@ -202,12 +217,14 @@ def main() -> int:
     ap.add_argument("--batches", default="1,32", help="export: the batches to write")
     ap.add_argument("--device")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="run: after each model's row, its N slowest kernels")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else VISION + OTHER
     if args.what == "export":
         export(args.folder, names, [int(b) for b in args.batches.split(",")])
     else:
-        run(args.folder, names, args.batch, args.device, args.repeat)
+        run(args.folder, names, args.batch, args.device, args.repeat, args.profile)
     return 0
 
 

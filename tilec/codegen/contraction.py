@@ -319,7 +319,9 @@ class _Contraction:
             store = (f"s_{i}[{{l}}] = {load};" if safe else
                      f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
             per = -(-elems // (T * vw))
-            align = 4 * max(1, self.W)  # local buffers hold 4-byte compute types
+            # Local buffers hold 4-byte compute types; runs (and vectors) read them RUN or W
+            # at a time, which needs that alignment (NVIDIA faults on a misaligned float4).
+            align = 4 * max(RUN, self.W)
             if self.pipe:  # two halves (`pipeline`), copied through registers
                 self.copies[i] = copy_plan(self, st, safe, vw, per, elems // vw, zero)
             size = 2 * half(st.elems) if self.pipe else st.elems

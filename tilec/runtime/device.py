@@ -419,6 +419,11 @@ def _explain_build(log: str, source: str) -> str:
         if 1 <= n <= len(lines):
             where = f"\ngenerated line {n}:\n    {lines[n - 1].strip()}"
     log = log.strip()
+    # NVIDIA's log can open with a warning a kernel; the errors are what the user needs.
+    errors = [ln for ln in log.splitlines() if re.search(r"error", ln, re.IGNORECASE)]
+    if errors and len(log) > 4000:
+        log = "\n".join(errors) + f"\n({len(log.splitlines()) - len(errors)} other lines " \
+            "of the log left out)"
     if len(log) > 4000:
         log = log[:4000] + "\n..."
     return f"the OpenCL compiler rejected a generated kernel:\n{log}{where}"
