@@ -107,10 +107,11 @@ def tensors_and_tiles(draw: st.DrawFn) -> tuple[FlatTensor, tuple[int, ...], lis
 def test_merge_stats_matches_read_plan(case: tuple, me: int) -> None:
     tensor, _, tiles = case
     names = tuple("abcd"[: len(tensor.strides)])
-    loads, size = merge_stats(tensor, np.asarray(tiles, np.int64), me)
+    loads, size, elems = merge_stats(tensor, np.asarray(tiles, np.int64), me)
     for i, tile in enumerate(tiles):
         plan = read_plan(names, tensor, tile, me)
         assert (plan.loads, plan.local_size_elems) == (loads[i], size[i])
+        assert elems[i] == int(np.prod([m.range for m in plan.indices]))
 
 
 @given(tensors_and_tiles())

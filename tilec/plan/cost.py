@@ -213,7 +213,16 @@ def score(flat: FlatContraction, tile: Sequence[int], hw: HwModel, post_ops: int
     if hw.kind == "cpu":
         return _score_cpu(flat, hw, lay, base, points, es, me, post_inputs)
 
-    sm = lay.local_bytes + (hw.threads * es if out_max < op else 0)
+    sm = (hw.threads * es if out_max < op else 0)
+    if lay.staging == "local":
+        kv = _vector_index(flat, hw)
+        for t, plan in zip(flat.inputs, lay.inputs, strict=True):
+            elems = 1
+            for m in plan.indices:
+                elems *= m.range
+            once = out_max < op and elems >= all_threads and (
+                kv is None or t.strides[kv] in (0, 1))
+            sm += 0 if once else plan.local_size_elems * es
     if sm > hw.max_mem:
         return Cost(status="over memory", sm=sm, **base)
     if or_ > hw.max_regs:
@@ -330,6 +339,15 @@ def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points:
                 l2_ratio=float(l2_ratio), **base)
 
 
+def _vector_index(flat: FlatContraction, hw: HwModel) -> int | None:
+    """The index a split kernel's vectors likely run along: the first along which every
+    input is contiguous (`schedule.vector_candidates` unstaged).  The schedule may choose
+    otherwise and stage an input this guesses it reads through the cache; the exact
+    predictions check the schedule's own staging (`predict`)."""
+    cands = vector_candidates(flat) if hw.vec_size > 1 else []
+    return cands[0] if cands else None
+
+
 # -- many tiles at once ------------------------------------------------------------------------
 
 def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: int = 0,
@@ -367,12 +385,17 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     mw = mw_count * hw.mem_width
     loads = []
     local = np.zeros(n, np.int64)
+    # A split kernel reads an input it reads once a point through the cache (`read_once`).
+    split = out_max < op
+    tile_points = np.prod(T, axis=1)
+    kv = _vector_index(flat, hw)
     for t in flat.inputs:
         cols = [c for c in range(k) if t.strides[c] != 0]
         got = _on_unique(T, cols, lambda sub, t=t, cols=cols: np.stack(
             merge_stats(t, _spread(sub, cols, k), me), axis=1))
         loads.append(got[:, 0])
-        local += got[:, 1]
+        once = split & (got[:, 2] >= tile_points) & (kv is None or t.strides[kv] in (0, 1))
+        local += np.where(once, 0, got[:, 1])
     mr = sum(loads, np.zeros(n, np.int64)) * hw.mem_width + post_inputs * mw_count * es
     to = np.full(n, points * (post_ops + 2), np.int64)
     res: dict[str, np.ndarray] = dict(to=to, wg=wg, il=il, mr=mr, mw=mw, op=op, rp=rp, tu=tu)

@@ -283,8 +283,10 @@ def unit_index(flat: FlatContraction) -> int | None:
 
 # -- the same rules over arrays of tiles ------------------------------------------------------
 
-def merge_stats(tensor: FlatTensor, tiles: np.ndarray, me: int) -> tuple[np.ndarray, np.ndarray]:
-    """(loads, local_size_elems) of `read_plan` for every row of `tiles` (n x len(strides))."""
+def merge_stats(tensor: FlatTensor, tiles: np.ndarray,
+                me: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(loads, local_size_elems, distinct elements) of `read_plan` for every row of `tiles`
+    (n x len(strides))."""
     order = load_order(tensor)
     n = tiles.shape[0]
     m = len(order)
@@ -305,6 +307,7 @@ def merge_stats(tensor: FlatTensor, tiles: np.ndarray, me: int) -> tuple[np.ndar
         rng[:, j] = np.where(merged, 1, t)
 
     loads = np.prod(rng, axis=1)
+    elems = loads.copy()
     best = np.ones(n, dtype=np.int64)
     for j in range(m):
         speed = np.minimum(me, strides[j] * rng[:, j]) // strides[j]
@@ -319,7 +322,7 @@ def merge_stats(tensor: FlatTensor, tiles: np.ndarray, me: int) -> tuple[np.ndar
         e = evens[:, j]
         size = np.where(e > 0, size * e + 1, size)
     size -= (evens[:, -1] > 0) if m else 0
-    return loads, size
+    return loads, size, elems
 
 
 def thread_split(flat: FlatContraction, tiles: np.ndarray, threads: int,

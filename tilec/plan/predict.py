@@ -102,7 +102,7 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # H200's sweeps (the tiles of a 2048 matmul at 64 x 64 move 1.07 GB in 0.54 ms).
     l2_bw = coeff.l2_per_dram * dram_bw
 
-    acc, fmas, reads, threads, step_passes, tile_passes = \
+    acc, fmas, reads, threads, step_passes, tile_passes, staged_bytes = \
         (_register_tiles if exact else _register_tiles_fast)(flat, T, hw)
     # A work-item holds twice the accumulators PlaidML's budget plans (max_regs / threads):
     # 128 floats of them ran at 30 TFLOP/s on the H200, 256 spilled and ran 3.3x slower.
@@ -157,6 +157,12 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     bottleneck = np.where(spills, BOTTLENECKS.index("registers"),
                           np.where(fixed > body, BOTTLENECKS.index("launch"), which))
     time = np.where(spills, np.inf, body + fixed)
+    # A tile whose schedule stages more than the device's local memory cannot be built (the
+    # statistics' staging guess, `cost.score_many`, can miss a split the schedule declines).
+    if hw.local_mem_bytes:
+        over = staged_bytes > hw.local_mem_bytes
+        time = np.where(over, np.inf, time)
+        bottleneck = np.where(over, BOTTLENECKS.index("local memory"), bottleneck)
     return corrected({"time": time, "bottleneck": bottleneck, "compute_s": compute, "l2_s": l2,
             "dram_s": dram, "local_s": local, "latency_s": latency_s,
             "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
@@ -211,7 +217,7 @@ def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     if not outs:
         reads = np.full(n, len(flat.inputs) * 1.0)
         return np.ones(n), lanes.astype(np.float64), reads, np.full(n, float(hw.threads)), \
-            reads * -(-hw.threads // 32), np.zeros(n)
+            reads * -(-hw.threads // 32), np.zeros(n), np.zeros(n)
     units = T[:, outs].astype(np.float64)
     if kv in outs:
         j = outs.index(kv)
@@ -241,7 +247,7 @@ def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     out_threads = th.prod(axis=1)
     threads = np.where(2 * out_threads >= hw.threads, out_threads, float(hw.threads))
     # Local-memory passes are not counted here (no schedule): a pass a warp's read, no stores.
-    return acc, fmas, reads, threads, reads * np.ceil(threads / 32), np.zeros(n)
+    return acc, fmas, reads, threads, reads * np.ceil(threads / 32), np.zeros(n), np.zeros(n)
 
 
 def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
@@ -253,7 +259,7 @@ def _register_tiles(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     uniq, inv = np.unique(T, axis=0, return_inverse=True)
     per = np.array([_schedule_facts(flat, tuple(int(v) for v in row), hw) for row in uniq])
     got = per[inv.reshape(-1)]
-    return tuple(got[:, j] for j in range(6))
+    return tuple(got[:, j] for j in range(7))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -266,7 +272,7 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
     pts = {k: acc_counts[k] * (w if k == vi else 1) for k in outs}  # scalar points
     acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
     fmas = acc * (w if s.dot else 1)
-    reads = 0.0
+    reads = local_reads = 0.0
     for i, t in enumerate(flat.inputs):
         vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
         if vi is not None and not s.dot and t.strides[vi] != 0:
@@ -274,10 +280,15 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
         if s.run is not None and s.run.input == i:
             vals /= RUN  # runs (`gpu_form`)
         reads += np.ceil(vals) * _read_slots(flat, t)
+        if s.staged and s.staged[i] is not None:  # not read through the cache
+            local_reads += np.ceil(vals)
     banks = wavefronts(s)
     step_passes, tile_passes = banks if banks is not None else \
-        (reads * -(-s.wg_threads // 32), 0.0)
-    return acc, fmas, reads, float(s.wg_threads), step_passes, tile_passes
+        (local_reads * -(-s.wg_threads // 32), 0.0)
+    # A split reduction's threads take every split-th step of the tile each.
+    step_passes /= s.split
+    staged = sum(4 * st.elems for st in s.staged if st is not None) * (2 if s.pipeline else 1)
+    return acc, fmas, reads, float(s.wg_threads), step_passes, tile_passes, float(staged)
 
 
 def bottleneck_of(line: str) -> str:

@@ -6,6 +6,7 @@ too (`split_reduction`), and, when inputs are staged in local memory, each input
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .flat import FlatContraction
@@ -165,24 +166,15 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         for i in range(len(flat.inputs)))
     sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, run=run)
     auto = hw.staging == "local" or hw.kind == "gpu"
+    # A split kernel reads some inputs through the cache (`read_once`): the room its combine
+    # may take is what the device leaves beside the tiles that stay staged.
+    kept = tuple(None if read_once(flat, tile, st, vec_index) else st for st in staged)
     room = SPLIT_LOCAL_BYTES
-    if hw.local_mem_bytes:  # what the device leaves beside the staged tiles
-        room = min(room, hw.local_mem_bytes - sum(4 * st.elems for st in staged if st))
+    if hw.local_mem_bytes:
+        room = min(room, hw.local_mem_bytes - sum(4 * st.elems for st in kept if st))
     k, n = split_choice(sched, budget, auto, split_reduction, room)
     if n > 1:
-        # An input whose tile holds as many elements as the tile has points is read once per
-        # point (softmax's rows): staging it would only add a copy and two barriers per
-        # reduction tile, so a split kernel reads it through the cache.  Inputs that are
-        # reused within the tile stay staged.
-        points = 1
-        for t in tile:
-            points *= t
-        # An input gathered along the vector index is read from its staged tile only.
-        staged = tuple(None if st is not None and _elems(st) >= points
-                       and (vec_index is None or flat.inputs[st.input].strides[vec_index]
-                            in (0, 1)) else st
-                       for st in staged)
-        sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged, k, n, run)
+        sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, kept, k, n, run)
     elif forms:
         trips = 1
         for k2 in flat.reduce_indices:
@@ -218,6 +210,22 @@ def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, bud
             run, th = cand, t2
             break
     return vec_index, lanes, th, run
+
+
+def read_once(flat: FlatContraction, tile: Sequence[int], st: Staged | None,
+              vec_index: int | None) -> bool:
+    """Whether a split kernel reads staged input `st` through the cache: its tile holds as
+    many elements as the tile has points, so each is read once (a matrix-vector product's
+    matrix, softmax's rows) and staging would only add a copy and two barriers a reduction
+    tile.  Inputs reused within the tile, and inputs gathered along the vector index (read
+    from their staged tile only), stay staged."""
+    if st is None:
+        return False
+    points = 1
+    for t in tile:
+        points *= t
+    return _elems(st) >= points and (
+        vec_index is None or flat.inputs[st.input].strides[vec_index] in (0, 1))
 
 
 def _elems(st: Staged) -> int:
