@@ -148,11 +148,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
         raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
     # Predictions go in the cost log wherever the model can make them, and rank the tiles of
     # contractions without constraints.  A padded convolution's tiles are ranked by time only
-    # where the predicted best is in the matmul form (`_matmul_form`); elsewhere PlaidML's
-    # score ranks.  (Ranking every GPU convolution by time picked 4 work-groups of 28
-    # accumulators for resnet's 7x7x512 layers, 0.76 ms on the H200 against PlaidML's pick
-    # of 512 groups: the model prices neither small register tiles nor idle compute units
-    # well enough yet.)
+    # where the predicted best is in the matmul form (`_matmul_form`) or, on a GPU, keeps the
+    # compute units busy (`_fills`); elsewhere PlaidML's score ranks.
     logged = model == "time" and can_predict(hw)
     start = time.perf_counter()
     top_k = max(1, top_k)
@@ -176,7 +173,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     timed = logged
     best, tally = _ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
                                 strategy) if logged else (None, None)
-    if logged and flat.constraints and not (best.shape[0] and _matmul_form(flat, best[0], hw)):
+    if logged and flat.constraints and not (best.shape[0] and (
+            _matmul_form(flat, best[0], hw) or _fills(flat, best[0], hw))):
         timed = False
     if not timed:
         best, tally = _ranked_tiles(cands, top_k, es,
@@ -228,6 +226,22 @@ def _matmul_form(flat: FlatContraction, tile, hw: HwModel) -> bool:
     read from local memory by vectors along an output index and by runs (`gpu_form`)."""
     s = make_schedule(flat, tuple(int(t) for t in tile), hw)
     return s.run is not None and s.vec_index is not None and not s.dot
+
+
+def _fills(flat: FlatContraction, tile, hw: HwModel) -> bool:
+    """Whether a GPU tile gives at least 3/4 of the compute units a work-group.  The time
+    model's best convolution tiles that do were as fast as PlaidML's pick or faster on the
+    H200 (N=1, 3x3: 128->256 at 56x56 0.100 ms against 0.320, 64->128 at 112x112 0.094
+    against 0.143); those that leave half the units idle or more were not (512->512 at 7x7
+    0.76 against 0.13 ms, at 14x14 0.175 against 0.057): the model overrates a few large
+    work-groups."""
+    if hw.kind != "gpu":
+        return False
+    groups = 1
+    for k in flat.out_indices:
+        groups *= -(-flat.ranges[k] // int(tile[k]))
+    cus = hw.compute_units or max(1, hw.goal_groups // 4)
+    return 4 * groups >= 3 * cus
 
 
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,
