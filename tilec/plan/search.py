@@ -39,7 +39,7 @@ from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
-from .schedule import make_schedule
+from .trust import time_ranks
 
 __all__ = ["TiledPlan", "candidates", "json_lines", "log_text", "score_tile", "search", "tile_log",
            "write_log"]
@@ -147,9 +147,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if model not in ("time", "plaidml"):
         raise TileError(f"unknown cost model {model!r} (expected 'time' or 'plaidml')")
     # Predictions go in the cost log wherever the model can make them, and rank the tiles of
-    # contractions without constraints.  A padded convolution's tiles are ranked by time only
-    # where the predicted best is in the matmul form (`_matmul_form`) or, on a GPU, keeps the
-    # compute units busy (`_fills`); elsewhere PlaidML's score ranks.
+    # contractions without constraints; a padded convolution's only where the predicted best
+    # is a tile the model is trusted with (`trust.time_ranks`), elsewhere PlaidML's score.
     logged = model == "time" and can_predict(hw)
     start = time.perf_counter()
     top_k = max(1, top_k)
@@ -173,8 +172,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     timed = logged
     best, tally = _ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
                                 strategy) if logged else (None, None)
-    if logged and flat.constraints and not (best.shape[0] and (
-            _matmul_form(flat, best[0], hw) or _fills(flat, best[0], hw))):
+    if logged and flat.constraints and not (best.shape[0] and time_ranks(flat, best[0], hw)):
         timed = False
     if not timed:
         best, tally = _ranked_tiles(cands, top_k, es,
@@ -221,29 +219,6 @@ def _ranked_tiles(cands: list[list[int]], top_k: int, es: int, args: tuple,
     return best, tally
 
 
-def _matmul_form(flat: FlatContraction, tile, hw: HwModel) -> bool:
-    """Whether a tile's kernel is in the form the time model was fitted on: a register tile
-    read from local memory by vectors along an output index and by runs (`gpu_form`)."""
-    s = make_schedule(flat, tuple(int(t) for t in tile), hw)
-    return s.run is not None and s.vec_index is not None and not s.dot
-
-
-def _fills(flat: FlatContraction, tile, hw: HwModel) -> bool:
-    """Whether a GPU tile gives at least 3/4 of the compute units a work-group.  The time
-    model's best convolution tiles that do were as fast as PlaidML's pick or faster on the
-    H200 (N=1, 3x3: 128->256 at 56x56 0.100 ms against 0.320, 64->128 at 112x112 0.094
-    against 0.143); those that leave half the units idle or more were not (512->512 at 7x7
-    0.76 against 0.13 ms, at 14x14 0.175 against 0.057): the model overrates a few large
-    work-groups."""
-    if hw.kind != "gpu":
-        return False
-    groups = 1
-    for k in flat.out_indices:
-        groups *= -(-flat.ranges[k] // int(tile[k]))
-    cus = hw.compute_units or max(1, hw.goal_groups // 4)
-    return 4 * groups >= 3 * cus
-
-
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,
                  post_inputs: int, timed: bool) -> tuple[tuple[float, str], ...]:
     if not timed or not top:
@@ -262,14 +237,14 @@ def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, to
     from dataclasses import fields
 
     from .. import memo
-    from . import cost, gpu_form, local_banks, predict, predict_cpu, schedule
+    from . import cost, gpu_form, local_banks, predict, predict_cpu, schedule, trust
     from . import flat as flat_mod
     from . import hw as hw_mod
     from . import layout as layout_mod
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
-                                               gpu_form, local_banks, predict, predict_cpu,
+                                               gpu_form, local_banks, predict, predict_cpu, trust,
                                                sys.modules[__name__]))
     contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
     return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
