@@ -235,3 +235,24 @@ def test_gpu_convolution_ranked_by_time_where_its_best_fills_the_device() -> Non
                                                         flat.tensors[0].strides, strict=True)
                           if s]))
     assert 4 * groups >= 3 * hw.compute_units
+
+
+def test_chosen_tiles_stage_no_more_than_local_memory() -> None:
+    # The statistics' memory budget (max_mem) is PlaidML's; the device's local memory is the
+    # hard limit on what the schedule stages (double-buffered where the loop is pipelined).
+    import dataclasses
+
+    hw = dataclasses.replace(HwModel.load("nvidia-h100"), local_mem_bytes=8192)
+    flat = matmul_flat(512, 512, 512)
+    for model in ("time", "plaidml"):
+        _check_staging(flat, hw, search(flat, hw, top_k=4, model=model))
+
+
+def _check_staging(flat, hw, plan) -> None:
+    from tilec.plan.schedule import make_schedule
+
+    assert plan.top
+    for tile, _ in plan.top:
+        s = make_schedule(flat, tile, hw)
+        staged = sum(4 * st.elems for st in s.staged if st is not None)
+        assert staged * (2 if s.pipeline else 1) <= 8192, (tile, staged, s.pipeline)

@@ -39,7 +39,7 @@ from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
-from .trust import time_ranks
+from .trust import staged_fits, time_ranks
 
 __all__ = ["TiledPlan", "candidates", "json_lines", "log_text", "score_tile", "search", "tile_log",
            "write_log"]
@@ -177,6 +177,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if not timed:
         best, tally = _ranked_tiles(cands, top_k, es,
                                     (flat, hw, post_ops, dtype, post_inputs, False), strategy)
+    best = best[[staged_fits(flat, row, hw) for row in best]] if best.shape[0] else best
     if best.shape[0] == 0:
         ones = tuple(1 for _ in flat.ranges)
         fallback = score(flat, ones, hw, post_ops, dtype, post_inputs=post_inputs)

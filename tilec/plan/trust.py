@@ -3,7 +3,7 @@
 The time model was fitted on kernels of the matmul form and on tiles that fill the device;
 outside them it can be far off (a 1-accumulator tile predicted 5x too slow, four large
 work-groups 2x too fast), and PlaidML's score then ranks more safely.  `search` asks
-`time_ranks` of the model's best tile."""
+`time_ranks` of the model's best tile, and `staged_fits` of every tile it keeps."""
 
 from __future__ import annotations
 
@@ -39,3 +39,15 @@ def fills(flat: FlatContraction, tile, hw: HwModel) -> bool:
         groups *= -(-flat.ranges[k] // int(tile[k]))
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
     return 4 * groups >= 3 * cus
+
+
+def staged_fits(flat: FlatContraction, tile, hw: HwModel) -> bool:
+    """Whether the tile's schedule stages no more than the device's local memory.  The tile
+    statistics guess which inputs a split kernel reads through the cache (`cost`); the
+    schedule decides, and a guess it overrules must not reach the code generator (NVIDIA
+    built 74 KB of static local arrays where 48 KB are reported; a Mali's 32 KB would not)."""
+    if not hw.local_mem_bytes or hw.staging != "local":
+        return True
+    s = make_schedule(flat, tuple(int(t) for t in tile), hw)
+    staged = sum(4 * st.elems for st in s.staged if st is not None)
+    return staged * (2 if s.pipeline else 1) <= hw.local_mem_bytes
