@@ -389,6 +389,7 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     split = out_max < op
     tile_points = np.prod(T, axis=1)
     kv = _vector_index(flat, hw)
+    reread = np.zeros(n, np.int64)  # bytes read-once inputs are read again by other groups
     for t in flat.inputs:
         cols = [c for c in range(k) if t.strides[c] != 0]
         got = _on_unique(T, cols, lambda sub, t=t, cols=cols: np.stack(
@@ -396,6 +397,8 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
         loads.append(got[:, 0])
         once = split & (got[:, 2] >= tile_points) & (kv is None or t.strides[kv] in (0, 1))
         local += np.where(once, 0, got[:, 1])
+        full = int(np.prod([flat.ranges[c] for c in cols])) if cols else 1
+        reread += np.where(once, np.maximum(0, wg * il * got[:, 2] - full) * es, 0)
     mr = sum(loads, np.zeros(n, np.int64)) * hw.mem_width + post_inputs * mw_count * es
     to = np.full(n, points * (post_ops + 2), np.int64)
     res: dict[str, np.ndarray] = dict(to=to, wg=wg, il=il, mr=mr, mw=mw, op=op, rp=rp, tu=tu)
@@ -409,7 +412,7 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     status = np.where(sm > hw.max_mem, 1, np.where(or_ > hw.max_regs, 2, 0))
     fpb, occ, roof_r, occ_r, thr_r, sc = _ratios(to, (wg * (il * mr + mw)).astype(np.float64),
                                                  wg, tu, hw)
-    res.update(sm=sm, status=status)
+    res.update(sm=sm, status=status, reread=reread)
     _finish(res, status, flops_per_byte=fpb, occupancy=occ, roof_ratio=roof_r,
             occ_ratio=occ_r, thread_ratio=thr_r, score=sc)
     return res

@@ -143,7 +143,9 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     local = wg * il * (steps * step_passes + tile_passes) * PASS_BYTES / local_bw \
         if local_bw else np.zeros(n)
     latency_s = np.ceil(per_cu / resident) * il * coeff.tile_latency_us * 1e-6
-    l2 = wg * (il * stats["sm"] + stats["mw"]) / l2_bw
+    # Inputs a split kernel reads through the cache (`cost.score_many`) come from DRAM once
+    # (the DRAM term); what other work-groups read of them again comes from L2.
+    l2 = (wg * (il * stats["sm"] + stats["mw"]) + stats.get("reread", 0)) / l2_bw
     unique = sum(t.size for t in flat.inputs) + flat.output.size
     dram = np.full(n, unique * es / dram_bw)
     launch = (hw.launch_us or coeff.launch_us) * 1e-6
