@@ -195,46 +195,41 @@ def test_kept_tiles_always_fit(flat: FlatContraction, hw: HwModel, post_ops: int
     assert (np.diff(scores) <= 0).all()
 
 
-def test_gpu_convolution_with_a_small_image_fills_the_device() -> None:
-    # resnet's last 3x3 layers: 512 -> 512 channels over 7x7.  Ranked by predicted time the
-    # search once chose 4 work-groups of 28 accumulators (0.76 ms on an H200, where a tile of
-    # 512 groups runs several times faster): a padded convolution is ranked by time only
-    # where the model's best is in the matmul form it was fitted on.
+def _conv_search(ci: int, co: int, size: int):
+    """The H100 model's search for an N=1 3x3 'same' convolution (NCHW, as ONNX models
+    have it), and the work-groups its chosen tile launches."""
     import tilec
     from tilec.plan.fuse import plan_kernels
 
     src = """function (D[N, CI, X, Y], K[CO, CI, I, J]) -> (O) {
       O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x+i-1, y+j-1] * K[co, ci, i, j]);
     }"""
-    prog = tilec.check_program(src, {"D": (1, 512, 7, 7), "K": (512, 512, 3, 3)}, "float32")
+    prog = tilec.check_program(src, {"D": (1, ci, size, size), "K": (co, ci, 3, 3)},
+                               "float32")
     flat = plan_kernels(prog).kernels[0].flat
-    hw = HwModel.load("nvidia-h100")
-    plan = search(flat, hw)
+    plan = search(flat, HwModel.load("nvidia-h100"))
     out = flat.tensors[0].strides  # the output's: the indices work-groups are spread over
     groups = int(np.prod([-(-r // t) for r, t, s in zip(flat.ranges, plan.tile, out,
                                                         strict=True) if s]))
-    assert groups >= hw.compute_units, (plan.tile, groups)
+    return plan, groups
+
+
+def test_gpu_convolution_with_a_small_image_fills_the_device() -> None:
+    # resnet's last 3x3 layers: 512 -> 512 channels over 7x7.  Ranked by predicted time the
+    # search once chose 4 work-groups of 28 accumulators (0.76 ms on an H200, where a tile of
+    # 512 groups runs several times faster): a padded convolution is ranked by time only
+    # where the model's best is a tile it is trusted with (`trust.time_ranks`).
+    plan, groups = _conv_search(512, 512, 7)
+    assert groups >= HwModel.load("nvidia-h100").compute_units, (plan.tile, groups)
     assert not plan.ranked_by_time
 
 
 def test_gpu_convolution_ranked_by_time_where_its_best_fills_the_device() -> None:
     # vgg's 128 -> 256 channels at 56x56: the model's best tile (128 work-groups of 7x28x32)
     # ran 0.100 ms on an H200 where PlaidML's pick ran 0.320.
-    import tilec
-    from tilec.plan.fuse import plan_kernels
-
-    src = """function (D[N, CI, X, Y], K[CO, CI, I, J]) -> (O) {
-      O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x+i-1, y+j-1] * K[co, ci, i, j]);
-    }"""
-    prog = tilec.check_program(src, {"D": (1, 128, 56, 56), "K": (256, 128, 3, 3)}, "float32")
-    flat = plan_kernels(prog).kernels[0].flat
-    hw = HwModel.load("nvidia-h100")
-    plan = search(flat, hw)
+    plan, groups = _conv_search(128, 256, 56)
     assert plan.ranked_by_time
-    groups = int(np.prod([-(-r // t) for r, t, s in zip(flat.ranges, plan.tile,
-                                                        flat.tensors[0].strides, strict=True)
-                          if s]))
-    assert 4 * groups >= 3 * hw.compute_units
+    assert 4 * groups >= 3 * HwModel.load("nvidia-h100").compute_units
 
 
 def test_chosen_tiles_stage_no_more_than_local_memory() -> None:
