@@ -249,8 +249,7 @@ def _check_staging(flat, hw, plan) -> None:
     assert plan.top
     for tile, _ in plan.top:
         s = make_schedule(flat, tile, hw)
-        staged = sum(4 * st.elems for st in s.staged if st is not None)
-        assert staged * (2 if s.pipeline else 1) <= 8192, (tile, staged, s.pipeline)
+        assert s.staged_bytes <= 8192, (tile, s.staged_bytes, s.pipeline)
 
 
 def test_gpu_matmul_does_not_read_its_matrices_once_a_row() -> None:

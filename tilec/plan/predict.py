@@ -289,8 +289,8 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
         (local_reads * -(-s.wg_threads // 32), 0.0)
     # A split reduction's threads take every split-th step of the tile each.
     step_passes /= s.split
-    staged = sum(4 * st.elems for st in s.staged if st is not None) * (2 if s.pipeline else 1)
-    return acc, fmas, reads, float(s.wg_threads), step_passes, tile_passes, float(staged)
+    return acc, fmas, reads, float(s.wg_threads), step_passes, tile_passes, \
+        float(s.staged_bytes)
 
 
 def bottleneck_of(line: str) -> str:

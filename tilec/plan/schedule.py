@@ -50,6 +50,12 @@ class Schedule:
     rolled: bool = False
 
     @property
+    def staged_bytes(self) -> int:
+        """Local memory the staged tiles take (twice where the loop is pipelined)."""
+        return sum(4 * st.elems for st in self.staged if st is not None) * \
+            (2 if self.pipeline else 1)
+
+    @property
     def out_threads(self) -> int:
         n = 1
         for t in self.threads:

@@ -48,6 +48,5 @@ def staged_fits(flat: FlatContraction, tile, hw: HwModel) -> bool:
     built 74 KB of static local arrays where 48 KB are reported; a Mali's 32 KB would not)."""
     if not hw.local_mem_bytes or hw.staging != "local":
         return True
-    s = make_schedule(flat, tuple(int(t) for t in tile), hw)
-    staged = sum(4 * st.elems for st in s.staged if st is not None)
-    return staged * (2 if s.pipeline else 1) <= hw.local_mem_bytes
+    return make_schedule(flat, tuple(int(t) for t in tile), hw).staged_bytes \
+        <= hw.local_mem_bytes
