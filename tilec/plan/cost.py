@@ -11,7 +11,8 @@ me = mem_width / es:
     or  = threads * prod_out ceil(tile/threads on the index) * es   (accumulator registers)
     mw  = prod_out (output stride 1 ? ceil(tile/me) : tile) * mem_width
     mr  = sum_inputs loads * mem_width        (loads: `layout.read_plan`, after merging)
-    sm  = sum_inputs padded local buffer * es (0 when staging is "global")
+    sm  = sum_inputs padded local buffer * es (0 when staging is "global"; tilec leaves out
+          an input a split kernel reads once a point, which it reads through the cache)
     bytes = wg * (il*mr + mw); flops_per_byte = to / bytes
     score = min(fpb, goal)/goal * min(wg, goal_groups)/goal_groups * tu/threads
     sm > max_mem: "over memory"; or > max_regs: "over regs"; both score -1.
@@ -385,16 +386,21 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     mw = mw_count * hw.mem_width
     loads = []
     local = np.zeros(n, np.int64)
-    # A split kernel reads an input it reads once a point through the cache (`read_once`).
+    # On GPUs a split kernel reads an input it reads once a point through the cache
+    # (`schedule.read_once`): not in local memory, and what other groups read of it again
+    # is L2 traffic (`reread`, bytes).
+    gpu = hw.kind != "cpu"
     split = out_max < op
     tile_points = np.prod(T, axis=1)
-    kv = _vector_index(flat, hw)
-    reread = np.zeros(n, np.int64)  # bytes read-once inputs are read again by other groups
+    kv = _vector_index(flat, hw) if gpu else None
+    reread = np.zeros(n, np.int64)
     for t in flat.inputs:
         cols = [c for c in range(k) if t.strides[c] != 0]
         got = _on_unique(T, cols, lambda sub, t=t, cols=cols: np.stack(
             merge_stats(t, _spread(sub, cols, k), me), axis=1))
         loads.append(got[:, 0])
+        if not gpu:
+            continue
         once = split & (got[:, 2] >= tile_points) & (kv is None or t.strides[kv] in (0, 1))
         local += np.where(once, 0, got[:, 1])
         full = int(np.prod([flat.ranges[c] for c in cols])) if cols else 1
