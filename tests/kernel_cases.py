@@ -7,6 +7,14 @@ CASES = {
     "matmul_64": (MATMUL, {"A": (64, 48), "B": (48, 64)}),
     "matmul_at": ("function (A[K, M], B[K, N]) -> (C) { C[m, n : M, N] = +(A[k, m] * B[k, n]); }",
                   {"A": (19, 33), "B": (19, 40)}),
+    # B larger than L2: CPU models pack it in panels (`plan.pack`), the second with post-ops
+    # reading the product through its split output index.
+    "matmul_panels": (MATMUL, {"A": (136, 1024), "B": (1024, 288)}),
+    "gemm_bias_relu_panels": (
+        """function (A[M, K], B[K, N], bias[N]) -> (R) {
+             C[m, n : M, N] = +(A[m, k] * B[k, n]);
+             R = (C + bias > 0 ? C + bias : 0); }""",
+        {"A": (160, 640), "B": (640, 448), "bias": (448,)}),
     "conv_same_relu": (
         """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
              O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);

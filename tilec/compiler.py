@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .codegen.contraction import KernelSource
-from .codegen.generate import _record_tile, generate
+from .codegen.generate import _record_tile, generate, packed
 from .config import Config
 from .errors import Source, TileError
 from .lang import ir
@@ -146,6 +146,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     runtime = Runtime.get(config.device)
     records = load_records(config)  # read once: the correction and the kernels' records
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
+    program = packed(program, model, config)
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model))
     step(progress, f"planned {len(plan.kernels)} kernels")

@@ -34,6 +34,9 @@ class Config:
     # Chains of reductions over the same rows and their elementwise statements (softmax,
     # normalisations) as one kernel a row per work-group (`plan.rows`); False: one kernel each.
     row_fusion: bool = True
+    # CPU matrix products read their reused operand from panels packed contiguous first
+    # (`plan.pack`); False: as written.
+    pack_panels: bool = True
     # Attention (scores, softmax, value product) as one kernel (`plan.attention`), the scores
     # never stored.  None: where row fusion is on and the device is not a CPU; on PoCL the
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),

@@ -12,6 +12,9 @@ from .options import add_model_option
 def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
             tiles: dict[str, dict[str, int]], top: int, cost_log: str | None,
             model: str = "time") -> str:
+    from dataclasses import replace
+
+    from ..codegen.generate import packed
     from ..config import Config
     from ..lang.api import check_program
     from ..plan.attention import AttentionKernel
@@ -36,11 +39,16 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         config = Config(device=device, **cache_settings())
         found = load_records(config)
         hw = corrected_model(hw_model_for(None, config, rt), found, rt)
-        # As compile plans it by default (row fusion on; attention kernels where not a CPU).
+        # As compile plans it by default (row fusion on; attention kernels where not a CPU;
+        # CPU matrix products' operands packed in panels).
+        program = packed(program, hw, replace(config, tiles=tiles, cost_model=model))
         plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
         records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
     else:
         hw = HwModel.load(hw_name)
+        from .options import cache_settings
+
+        program = packed(program, hw, Config(tiles=tiles, cost_model=model, **cache_settings()))
         plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
     out = [f"hardware model: {hw.describe()}", ""]
     logs = []

@@ -93,7 +93,8 @@ def make_config(args: argparse.Namespace) -> Config:
                   tiles=tiles, **cache_settings(),
                   records_path=Path(records) if records else None,
                   use_tuning_records=not getattr(args, "no_records", False),
-                  cost_model=getattr(args, "model", None) or "time")
+                  cost_model=getattr(args, "model", None) or "time",
+                  pack_panels=not getattr(args, "no_pack", False))
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -107,6 +108,10 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     "tuning.jsonl in the cache directory)")
     sp.add_argument("--no-records", action="store_true",
                     help="ignore tuning records: use the cost model's choices")
+    sp.add_argument("--no-pack", action="store_true",
+                    help="CPU matrix products read their operands as written (by default the "
+                    "operand each work-item reads a panel of is copied into contiguous "
+                    "panels first)")
     add_model_option(sp)
 
 

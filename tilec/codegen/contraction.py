@@ -217,7 +217,7 @@ class _Contraction:
     def prologue(self) -> list[str]:
         f, s = self.flat, self.sched
         out = ["int grp = get_group_id(0);"]
-        for k in self.out_idx:
+        for k in s.group_order or self.out_idx:
             n = f.names[k]
             out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
                        f" grp /= {self.counts[k]};")

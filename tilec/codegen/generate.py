@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import TileError
+from ..lang import ir
 from ..plan.attention import AttentionKernel
 from ..plan.attention_time import Form
 from ..plan.fuse import ContractionKernel, KernelPlan
@@ -59,6 +60,35 @@ def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
                          staging=config.staging, threads=threads,
                          split_reduction=config.split_reduction,
                          gpu_forms=config.gpu_forms, variant=variant)
+
+
+def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
+    """`program` with its CPU matrix products' reused operands packed in panels
+    (`plan.pack`), each panel as wide as the register tile the search gives the product as
+    written; contractions whose tile the config forces stay as written."""
+    from ..plan.attention import find as find_attention
+    from ..plan.fuse import fuse_attention
+    from ..plan.pack import pack_panels
+    from ..plan.rows import find_groups
+    from ..plan.search import search
+
+    if not config.pack_panels or hw.kind != "cpu":
+        return program
+    if "*" in config.tiles:
+        return program
+    skip = {n.removeprefix("contract_") for n in config.tiles}
+    # Statements that become one attention or row kernel are matched as written.
+    groups = dict(find_groups(program) if config.row_fusion else {})
+    if fuse_attention(config, hw):
+        groups.update(find_attention(program))
+    for start, (end, _) in groups.items():
+        skip |= {op.output for op in program.ops[start:end]}
+
+    def choose(flat):
+        return search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
+                      model=config.cost_model, cache=search_cache_dir(config)).tile
+
+    return pack_panels(program, hw, choose, skip=skip)
 
 
 def search_cache_dir(config: Config):

@@ -48,6 +48,9 @@ class Schedule:
     # The reduction loops are left rolled (no unroll hints): a variant `tilec tune` times on
     # CPUs, where LLVM's handling of the unrolled loops can spill (`VARIANTS`).
     rolled: bool = False
+    # Output indices in the order work-group numbers walk them, fastest first (None: the flat
+    # order).  CPU cores take consecutive groups: `cpu_group_order` keeps the largest panel.
+    group_order: tuple[int, ...] | None = None
 
     @property
     def staged_bytes(self) -> int:
@@ -191,7 +194,53 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                 hw.local_mem_bytes):
             sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, staged,
                              run=run, pipeline=True)
+    if hw.kind == "cpu":
+        sched = replace(sched, group_order=cpu_group_order(flat, tuple(tile),
+                                                           hw.l1_bytes or 32 * 1024))
     return replace(sched, rolled=True) if variant == ROLLED else sched
+
+
+def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
+                    l1_bytes: int) -> tuple[int, ...] | None:
+    """The group order that keeps the input with the largest panel (what one work-item reads
+    of it: its tile along output indices, whole reductions) in cache for the next groups: the
+    output indices it does not read vary fastest.  None where that is the flat order.
+
+    A CPU core runs consecutive work-groups; a matrix product's work-item reads a K x nr panel
+    of B and an mr x K block of A, and with nr > mr the B panel is the one to keep once `pack`
+    has made it one block (2048 matmul on a Zen 4: 98 ms against 150-200 ms with the panels
+    streamed and the A block kept).  Only such a contiguous panel, larger than L1, reorders
+    the groups."""
+    outs = list(flat.out_indices)
+    if not flat.inputs or not outs:
+        return None
+
+    def panel(t) -> int:
+        n = 1
+        for k, st in enumerate(t.strides):
+            if st:
+                n *= tile[k] if k in outs else flat.ranges[k]
+        return n
+
+    big = max(flat.inputs, key=panel)
+    if not _contiguous(big, flat, tile) or 4 * panel(big) <= l1_bytes:
+        # A strided panel does not stay whole in a set-associative cache anyway; one that
+        # fits L1 stays there in any order.
+        return None
+    order = tuple([k for k in outs if big.strides[k] == 0] +
+                  [k for k in outs if big.strides[k] != 0])
+    return None if order == tuple(outs) else order
+
+
+def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
+    """Whether a work-item's panel of input `t` is one block of memory: its indices, by
+    stride, each step over everything the faster ones cover (a packed operand's panel)."""
+    span = 1
+    for k in sorted((k for k, st in enumerate(t.strides) if st), key=lambda k: t.strides[k]):
+        if t.strides[k] != span:
+            return False
+        span *= tile[k] if k in flat.out_indices else flat.ranges[k]
+    return True
 
 
 def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, budget: int,

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
-from ..codegen.generate import generate, schedule_for, with_local_size
+from ..codegen.generate import generate, packed, schedule_for, with_local_size
 from ..config import Config
 from ..errors import Source, TileError
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
@@ -155,6 +155,7 @@ class Prepared:
         self.program = check_program(source, shapes, dtype)
         self.runtime = Runtime.get(config.device)
         self.model = hw_model_for(hw, config, self.runtime)
+        self.program = packed(self.program, self.model, config)
         self.plan = plan_kernels(self.program, rows=config.row_fusion,
                                  attention=fuse_attention(config, self.model))
         self.sources, self.searches = generate(self.plan, self.model, config)

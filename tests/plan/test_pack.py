@@ -1,0 +1,117 @@
+"""Packed panels (`plan.pack`): which operands are packed, and the packed program computes
+what the program as written does (numpy reference of both, random inputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilec.codegen.generate import packed
+from tilec.config import Config
+from tilec.lang import ir
+from tilec.lang.api import check_program
+from tilec.lang.reference import evaluate_program, random_array
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.plan.schedule import cpu_group_order, make_schedule
+from tilec.plan.search import search
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+GEMM_RELU = """function (A[M, K], B[K, N], bias[N]) -> (R) {
+  C[m, n : M, N] = +(A[m, k] * B[k, n]);
+  R = (C + bias > 0 ? C + bias : 0);
+}"""
+CPU = HwModel.load("pocl-cpu")
+CONFIG = Config(use_disk_cache=False, use_tuning_records=False)
+
+
+def _same_outputs(src: str, shapes: dict, hw: HwModel = CPU, config: Config = CONFIG):
+    """The packed program, after checking its outputs against the program as written."""
+    program = check_program(src, shapes)
+    out = packed(program, hw, config)
+    rng = np.random.default_rng(3)
+    arrays = {n: random_array(rng, program.tensors[n].shape, "float32") for n in program.inputs}
+    want = evaluate_program(program, arrays)
+    got = evaluate_program(out, arrays)
+    for name in program.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    return program, out
+
+
+def _packs(program: ir.Program) -> list[ir.Contraction]:
+    return [op for op in program.ops if isinstance(op, ir.Contraction) and op.agg == "="
+            and op.output.endswith("_panels")]
+
+
+def test_reused_operand_is_packed_in_register_tile_panels():
+    n = 768  # B is 2.25 MB, more than the model's L2
+    shapes = {"A": (128, n), "B": (n, n)}
+    program, out = _same_outputs(MATMUL, shapes)
+    (pack,) = _packs(out)
+    assert pack.inputs[0].tensor == "B"
+    panels = out.tensors[pack.output].shape
+    # The panel width is the vector tile the search gives the product as written.
+    flat = plan_kernels(program).kernels[0].flat
+    tile = search(flat, CPU).tile
+    sched = make_schedule(flat, tile, CPU)
+    nr = tile[sched.vec_index]
+    assert panels == (n // nr, n, nr)
+    product = out.ops[-1]
+    assert product.inputs[1].tensor == pack.output and product.inputs[0].tensor == "A"
+    assert len(out.ops) == 2
+
+
+def test_post_ops_read_the_product_of_packed_panels():
+    _, out = _same_outputs(GEMM_RELU, {"A": (160, 1024), "B": (1024, 384), "bias": (384,)})
+    assert len(_packs(out)) == 1
+    kernels = plan_kernels(out).kernels
+    assert [len(k.post_ops) for k in kernels if hasattr(k, "post_ops")][-1] == 1
+
+
+@pytest.mark.parametrize("shapes, why", [
+    ({"A": (1, 4096), "B": (4096, 512)}, "one row: each panel read by one work-group"),
+    ({"A": (24, 4096), "B": (4096, 512)}, "24 rows: each panel read by a few work-groups"),
+    ({"A": (256, 256), "B": (256, 256)}, "B fits L2"),
+])
+def test_left_as_written(shapes, why):
+    program, out = _same_outputs(MATMUL, shapes)
+    assert out is program, why
+
+
+def test_gpu_models_and_the_switch_and_forced_tiles_leave_it():
+    shapes = {"A": (256, 1024), "B": (1024, 1024)}
+    program = check_program(MATMUL, shapes)
+    assert packed(program, HwModel.load("nvidia-h100"), CONFIG) is program
+    from dataclasses import replace
+    assert packed(program, CPU, replace(CONFIG, pack_panels=False)) is program
+    forced = replace(CONFIG, tiles={"C": {"m": 4, "n": 16, "k": 256}})
+    assert packed(program, CPU, forced) is program
+
+
+def test_one_packed_copy_for_two_products_of_one_operand():
+    src = """function (A[M, K], D[M, K], B[K, N]) -> (C, E) {
+      C[m, n : M, N] = +(A[m, k] * B[k, n]);
+      E[m, n : M, N] = +(D[m, k] * B[k, n]);
+    }"""
+    _, out = _same_outputs(src, {"A": (128, 512), "D": (128, 512), "B": (512, 1024)})
+    assert len(_packs(out)) == 1
+    assert out.ops[1].inputs[1].tensor == out.ops[2].inputs[1].tensor == _packs(out)[0].output
+
+
+def test_groups_keep_a_contiguous_panel_larger_than_l1():
+    # 1024 x 16 panels: 64 KB, more than L1; B 4 MB, more than L2.
+    program, out = _same_outputs(MATMUL, {"A": (128, 1024), "B": (1024, 1024)})
+    kernel = plan_kernels(out).kernels[-1]
+    flat = kernel.flat
+    tile = search(flat, CPU).tile
+    order = cpu_group_order(flat, tile, CPU.l1_bytes) or flat.out_indices
+    assert flat.names[order[0]] == "m"  # the panel's groups run back to back
+    # Renamed so that the flat order would walk the panels first, the order is kept.
+    out2 = check_program(MATMUL.replace("m", "z").replace("M", "Z"),
+                         {"A": (128, 1024), "B": (1024, 1024)})
+    flat2 = plan_kernels(packed(out2, CPU, CONFIG)).kernels[-1].flat
+    order2 = cpu_group_order(flat2, search(flat2, CPU).tile, CPU.l1_bytes)
+    assert order2 is not None and flat2.names[order2[0]] == "z"
+    # As written, B's panel is strided: the flat order stays.
+    flat0 = plan_kernels(program).kernels[0].flat
+    assert cpu_group_order(flat0, search(flat0, CPU).tile, CPU.l1_bytes) is None
