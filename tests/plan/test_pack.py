@@ -115,3 +115,18 @@ def test_groups_keep_a_contiguous_panel_larger_than_l1():
     # As written, B's panel is strided: the flat order stays.
     flat0 = plan_kernels(program).kernels[0].flat
     assert cpu_group_order(flat0, search(flat0, CPU).tile, CPU.l1_bytes) is None
+
+
+def test_convolutions_are_left_without_a_search():
+    """NCHW weights do not read the output's unit-stride index: no search is paid for them."""
+    from tilec.plan.pack import pack_panels
+
+    src = """function (D[N, CI, X, Y], W[CO, CI, I, J]) -> (O) {
+      O[n, co, x, y : N, CO, X - 2, Y - 2] = +(D[n, ci, x + i, y + j] * W[co, ci, i, j]);
+    }"""
+    program = check_program(src, {"D": (1, 256, 16, 16), "W": (256, 256, 3, 3)})
+
+    def no_search(flat):
+        raise AssertionError("searched")
+
+    assert pack_panels(program, CPU, no_search) is program

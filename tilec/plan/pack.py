@@ -111,6 +111,14 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: Callab
     out_plain = plain_indices(op.out_idx)
     if out_plain is None:
         return None
+    # CPU code vectorises the output's unit-stride index (or a reduction): only an operand
+    # that reads it plainly and is larger than L2 can be packed.  Checked before the search,
+    # which a model's convolutions (their weights do not read it) would otherwise each pay.
+    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
+    last = ir.Poly.index(out_plain[-1])
+    if not any(last in x.idx and tensors[x.tensor].size * hw.elem_size(
+            tensors[x.tensor].dtype) > l2 for x in op.inputs):
+        return None
     flat = flatten(op, tensors, source=program.source)
     if flat.fused or flat.constraints:
         return None  # the flat indices are not the statement's: no panel index to name
@@ -123,7 +131,6 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: Callab
     n = tensors[op.output].shape[out_plain.index(u)] if u in out_plain else 0
     if nr < 2 or n <= nr or n % nr:
         return None
-    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
     for j, x in enumerate(op.inputs):
         axes = [a for a, q in enumerate(x.idx) if q.coef(u) != 0]
         if len(axes) != 1 or x.idx[axes[0]] != ir.Poly.index(u):
