@@ -78,6 +78,12 @@ def test_left_as_written(shapes, why):
     assert out is program, why
 
 
+def test_a_scalar_product_is_left_as_written():
+    src = "function (A[N], B[N]) -> (C) { C[] = +(A[i] * B[i]); }"
+    program, out = _same_outputs(src, {"A": (1 << 20,), "B": (1 << 20,)})
+    assert out is program
+
+
 def test_gpu_models_and_the_switch_and_forced_tiles_leave_it():
     shapes = {"A": (256, 1024), "B": (1024, 1024)}
     program = check_program(MATMUL, shapes)

@@ -109,8 +109,8 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: Callab
     if rewritten(op, tensors, source=program.source) is not op:
         return None
     out_plain = plain_indices(op.out_idx)
-    if out_plain is None:
-        return None
+    if not out_plain:
+        return None  # not one index an axis, or a scalar (a dot product): nothing to panel
     # CPU code vectorises the output's unit-stride index (or a reduction): only an operand
     # that reads it plainly and is larger than L2 can be packed.  Checked before the search,
     # which a model's convolutions (their weights do not read it) would otherwise each pay.
