@@ -77,18 +77,20 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
     if "*" in config.tiles:
         return program
     skip = {n.removeprefix("contract_") for n in config.tiles}
-    # Statements that become one attention or row kernel are matched as written.
-    groups = dict(find_groups(program) if config.row_fusion else {})
-    if fuse_attention(config, hw):
-        groups.update(find_attention(program))
-    for start, (end, _) in groups.items():
-        skip |= {op.output for op in program.ops[start:end]}
+
+    def grouped() -> set[str]:
+        """Statements that become one attention or row kernel: matched as written."""
+        groups = dict(find_groups(program) if config.row_fusion else {})
+        if fuse_attention(config, hw):
+            groups.update(find_attention(program))
+        return {op.output for start, (end, _) in groups.items()
+                for op in program.ops[start:end]}
 
     def choose(flat):
         return search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
                       model=config.cost_model, cache=search_cache_dir(config)).tile
 
-    return pack_panels(program, hw, choose, skip=skip)
+    return pack_panels(program, hw, choose, skip=skip, grouped=grouped)
 
 
 def search_cache_dir(config: Config):

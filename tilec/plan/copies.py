@@ -58,14 +58,16 @@ def _subst(p: ir.Poly, env: dict[str, ir.Poly]) -> ir.Poly:
     return ir.Poly.make(terms, const)
 
 
-def _text(op: ir.Contraction, tensors) -> str:
+def statement_text(op: ir.Contraction, dims: tuple[int, ...]) -> str:
+    """Tile text of a contraction a pass made (what its kernel's comment shows)."""
     def idx(ps):
         return ", ".join(str(p) for p in ps)
 
-    dims = ", ".join(str(n) for n in tensors[op.output].shape)
+    reads = f" {op.comb} ".join(f"{a.tensor}[{idx(a.idx)}]" for a in op.inputs)
     cons = "".join(f", {c.poly} < {c.bound}" for c in op.constraints)
-    head = f"{op.output}[{idx(op.out_idx)} : {dims}]" if op.out_idx else f"{op.output}[]"
-    return f"{head} = =({op.inputs[0].tensor}[{idx(op.inputs[0].idx)}]){cons}"
+    head = f"{op.output}[{idx(op.out_idx)} : {', '.join(map(str, dims))}]" if op.out_idx \
+        else f"{op.output}[]"
+    return f"{head} = {op.agg}({reads}){cons}"
 
 
 def _fresh(names: set[str], taken: set[str]) -> dict[str, ir.Poly]:
@@ -166,7 +168,7 @@ def compose_copies(program: ir.Program) -> ir.Program:
                            tensors[second.output].shape)
             if new is None:
                 break
-            second = dataclasses.replace(new, text=_text(new, tensors))
+            second = dataclasses.replace(new, text=statement_text(new, tensors[new.output].shape))
             ops[j], ops[i] = second, None
             del tensors[t]
     kept = tuple(op for op in ops if op is not None)

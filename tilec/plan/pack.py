@@ -32,11 +32,12 @@ contractions without constraints or rewrites, and never one whose tile the user 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from ..lang import ir
-from .copies import plain_indices
+from .copies import plain_indices, statement_text
 from .defract import rewritten
+from .flat import FlatContraction
 from .flatten import flatten
 from .hw import HwModel
 from .reduce import fresh, substitute
@@ -49,7 +50,8 @@ MIN_REREADS = 16
 # A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
 DEFAULT_L2_BYTES = 512 * 1024
 
-TileChoice = Callable[[ir.Contraction], tuple[int, ...]]
+# The search's tile for a flat contraction (compile passes its own search).
+TileChoice = Callable[[FlatContraction], Sequence[int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,30 +65,38 @@ class Packing:
     nr: int
 
 
-def pack_panels(program: ir.Program, hw: HwModel, choose_tile: Callable, *,
-                skip: Collection[str] = ()) -> ir.Program:
+def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
+                skip: Collection[str] = (),
+                grouped: Callable[[], Collection[str]] | None = None) -> ir.Program:
     """`program` with the reused operand of each CPU matrix product packed in panels.
 
     `choose_tile(flat)` is the tile the search gives a flat contraction (compile passes its
     own search, so the panel width is the register tile compile would build); contractions
-    whose output is in `skip` are left as written."""
+    whose output is in `skip` are left as written, and so are those `grouped()` names (asked
+    once, at the first product that would be packed: the statements another kernel kind
+    takes in whole, which only then are worth finding)."""
     if hw.kind != "cpu":
         return program
     tensors = dict(program.tensors)
     ops: list[ir.Statement] = []
     made: dict[tuple[str, int, int], str] = {}  # (operand, axis, nr) -> its packed tensor
     changed = False
+    skip = set(skip)
     for op in program.ops:
         p = None
         if isinstance(op, ir.Contraction) and op.output not in skip:
             p = choose_packing(op, tensors, hw, choose_tile, program)
+        if p is not None and grouped is not None:
+            skip |= set(grouped())
+            grouped = None
+            p = None if op.output in skip else p
         if p is None:
             ops.append(op)
             continue
         x = op.inputs[p.operand]
         key = (x.tensor, p.axis, p.nr)
         if key not in made:
-            made[key] = _fresh_name(f"{x.tensor}_panels", tensors)
+            made[key] = fresh(f"{x.tensor}_panels", set(tensors))
             pack = _pack_statement(x.tensor, p, made[key], tensors, op.span)
             tensors[made[key]] = ir.Tensor(made[key], _packed_shape(tensors[x.tensor].shape, p),
                                            tensors[x.tensor].dtype)
@@ -98,7 +108,7 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: Callable, *,
     return dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
 
 
-def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: Callable,
+def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
                    program: ir.Program) -> Packing | None:
     """The operand of `op` to pack and how, or None (the module docstring's rules)."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or op.constraints or \
@@ -192,21 +202,3 @@ def _reading_panels(op: ir.Contraction, p: Packing, packed: str, tensors) -> ir.
     new = dataclasses.replace(op, out_idx=out_idx, inputs=tuple(inputs), indices=indices,
                               no_defract=True)
     return dataclasses.replace(new, text=statement_text(new, tensors[op.output].shape))
-
-
-def statement_text(op: ir.Contraction, dims: tuple[int, ...]) -> str:
-    """Tile text of a contraction without constraints (what its kernel's comment shows)."""
-    def idx(ps):
-        return ", ".join(str(q) for q in ps)
-
-    reads = f" {op.comb} ".join(f"{a.tensor}[{idx(a.idx)}]" for a in op.inputs)
-    head = f"{op.output}[{idx(op.out_idx)} : {', '.join(map(str, dims))}]"
-    return f"{head} = {op.agg}({reads})"
-
-
-def _fresh_name(base: str, tensors) -> str:
-    name, k = base, 0
-    while name in tensors:
-        k += 1
-        name = f"{base}{k}"
-    return name
