@@ -19,6 +19,7 @@ from ..plan.schedule import Schedule, constrained
 from . import clexpr
 from .address import kernel_args
 from .copy import vector_copy
+from .interior import Interior, steered_offset
 from .kernel_text import (
     LANES,
     KernelArg,
@@ -46,10 +47,12 @@ UNROLL_COPIES = 16
 
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                 cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False):
+                 cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False,
+                 interior_split: bool = False):
         self.kernel = kernel
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.plain_vectors = plain_vectors  # `plain_vector_access`
+        self.interior_split = interior_split  # `Interior` (CPU models)
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
@@ -143,9 +146,11 @@ class _Contraction:
         return clexpr.clamp(name, "0", str(t.size - width))
 
     def input_value(self, i: int, c: tuple[int, ...], decls: list[str] | None = None,
-                    name: str = "g") -> str:
+                    name: str = "g", clamp: bool = True, at: str | None = None) -> str:
         """Text of input i at accumulator point c (vector of W lanes where vectorised); an
-        offset that needs clamping is declared first, as `name`, in `decls` (`guarded`)."""
+        offset that needs clamping is declared first, as `name`, in `decls` (`guarded`);
+        `clamp=False` where the read is known to be in bounds (`Interior`); `at`: an
+        offset in bounds by construction (`steered_offset`)."""
         t = self.flat.inputs[i]
         st = self.sched.staged[i] if self.sched.staged else None
         env = self.point_env(c)
@@ -170,11 +175,14 @@ class _Contraction:
             return f"(({ctype}{W})({lanes}))"
         terms = [(t.strides[k], env[k]) for k in range(len(self.names))]
         off = _lin(terms, t.offset)
+        if at is not None:
+            off, clamp = at, False
         if W == 1 or v is None or t.strides[v] == 0:
-            val = clexpr.load(buf(t.name), self.guarded(i + 1, off, 1, decls, name), t.dtype)
+            at = self.guarded(i + 1, off, 1, decls, name) if clamp else off
+            val = clexpr.load(buf(t.name), at, t.dtype)
             return val if W == 1 else f"(({ctype}{W})({val}))"
-        return clexpr.load(buf(t.name), self.guarded(i + 1, off, W, decls, name), t.dtype, W,
-                           aligned=self.vector_aligned(i + 1))
+        at = self.guarded(i + 1, off, W, decls, name) if clamp else off
+        return clexpr.load(buf(t.name), at, t.dtype, W, aligned=self.vector_aligned(i + 1))
 
     def local_offset(self, i: int, c: tuple[int, ...]) -> str:
         """Where staged input i's value for accumulator point c is in its local tile."""
@@ -377,22 +385,27 @@ class _Contraction:
         n = self.flat.names[k]
         return f"r_{n}" if self.counts[k] > 1 else "0"
 
-    def body(self) -> list[str]:
+    def body(self, inside: Interior | None = None, clean: bool = False) -> list[str]:
+        """The innermost loop's body.  With `inside` (`Interior`) the split above declared
+        the constrained indices; `clean`: the interior's copy, where every constraint holds."""
         f = self.flat
         out = []
+        fixed = set(inside.fixed) if inside else set()
         for k in self.red_idx:
             n = f.names[k]
-            out.append(f"const int i_{n} = {self.red_var(k)} + u_{n};")
+            if k not in fixed:
+                out.append(f"const int i_{n} = {self.red_var(k)} + u_{n};")
         for k in self.red_idx:
-            if f.ranges[k] % self.sched.tile[k]:
+            if f.ranges[k] % self.sched.tile[k] and k not in fixed:
                 out.append(f"if (i_{f.names[k]} >= {f.ranges[k]}) break;")
         red_env = {k: self.names[k] for k in self.red_idx}
         for ci, kind in enumerate(self.cons_kind):
-            if kind == "red":
+            if kind == "red" and not fixed:
                 out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
         # A padding constraint of a sum of products can zero the operand it guards instead of
         # guarding every update: one select per load, and branch-free FMAs.
-        mixed = [ci for ci, kind in enumerate(self.cons_kind) if kind == "mixed"]
+        mixed = [] if clean else [ci for ci, kind in enumerate(self.cons_kind)
+                                  if kind == "mixed"]
         masked = self.masked_loads(mixed)
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}
@@ -412,10 +425,20 @@ class _Contraction:
                             runs.add(rv)
                             out.append(decl)
                         value = f"(({ty})({value}))" if self.W > 1 else value
-                    else:
-                        value = self.input_value(i, c, out, f"g{var[1:]}")
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
+                    if run is None or i != run.input:
+                        # A masked read on a CPU steers its address instead of clamping it
+                        # (`steered_offset`); its mask is computed once, as m<read>.
+                        steered = None
+                        if guards and self.interior_split:
+                            steered = steered_offset(self, i, c, f"m{var[1:]}")
+                            if steered is not None:
+                                out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
+                                guards = [f"m{var[1:]}"]
+                        value = self.input_value(i, c, out, f"g{var[1:]}",
+                                                 clamp=not (clean and i in inside.plain),
+                                                 at=steered)
                     if guards:
                         # A lane mask keeps the load unconditional (its address is clamped in
                         # bounds) where a scalar `c ? load : 0` would become a branch.  `?:`
@@ -616,6 +639,7 @@ class _Contraction:
             bufs += self.split.buffers()
             combine, epilogue = self.split.combine(), self.split.wrap(epilogue)
         outer, inner = self.loops()
+        inside = Interior(self) if Interior.applies(self) else None
         wg = s.wg_threads
         groups = prod(self.counts[k] for k in self.out_idx)
         tile = dict(zip(f.names, s.tile, strict=True))
@@ -649,7 +673,10 @@ class _Contraction:
             "name": k_.name, "args": [arg_decl(a) for a in args], "wg": wg,
             "prologue": self.prologue() + staging_pre, "accumulators": self.accumulators(),
             "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
-            "body": self.body(), "combine": combine, "epilogue": epilogue,
+            "body": self.body(inside), "combine": combine, "epilogue": epilogue,
+            "interior": None if inside is None else {
+                "at": inside.at, "head": inside.head(), "cond": inside.cond,
+                "body": self.body(inside, clean=True)},
             "pipe": self.pipe.parts(self.copies) if self.pipe else None,
         }
         text = template_env().get_template("contraction.cl.j2").render(k=ctx)
@@ -675,10 +702,13 @@ class _Contraction:
 
 
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
-                       cost_lines: list[str] | None = None, muladd: str = "fma",
-                       plain_vectors: bool = False) -> KernelSource:
-    return _Contraction(kernel, sched, program, cost_lines or [], muladd,
-                        plain_vectors).render()
+                       cost_lines: list[str] | None = None, hw=None) -> KernelSource:
+    """The kernel's text; `hw`, the hardware model, picks the mul-add form, the vector access
+    form (`plain_vector_access`) and, on CPUs, the unmasked interior (`Interior`)."""
+    return _Contraction(kernel, sched, program, cost_lines or [],
+                        hw.muladd if hw is not None else "fma",
+                        hw is not None and plain_vector_access(hw),
+                        hw is not None and hw.kind == "cpu").render()
 
 
 def plain_vector_access(hw) -> bool:

@@ -20,7 +20,7 @@ from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
 from .attention_tiled import attention_forms, attention_kernel
-from .contraction import KernelSource, contraction_source, plain_vector_access
+from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
 
@@ -87,8 +87,9 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
                 for op in program.ops[start:end]}
 
     def choose(flat):
-        return search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
-                      model=config.cost_model, cache=search_cache_dir(config)).tile
+        r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
+                   model=config.cost_model, cache=search_cache_dir(config))
+        return r.tile, (r.predicted[0][0] if r.predicted else None)
 
     return pack_panels(program, hw, choose, skip=skip, grouped=grouped)
 
@@ -126,8 +127,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             sched = schedule_for(k, hw, config, tile, threads, code)
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
-            sources.append(contraction_source(k, sched, plan.program, lines, hw.muladd,
-                                              plain_vector_access(hw)))
+            sources.append(contraction_source(k, sched, plan.program, lines, hw))
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads,
                                       _record_shape(k, plan, hw, config, tuned)))

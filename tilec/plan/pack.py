@@ -50,8 +50,9 @@ MIN_REREADS = 16
 # A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
 DEFAULT_L2_BYTES = 512 * 1024
 
-# The search's tile for a flat contraction (compile passes its own search).
-TileChoice = Callable[[FlatContraction], Sequence[int]]
+# The search's tile for a flat contraction and its predicted seconds (None: the model does not
+# predict times); compile passes its own search.
+TileChoice = Callable[[FlatContraction], tuple[Sequence[int], float | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,19 +80,25 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
         return program
     tensors = dict(program.tensors)
     ops: list[ir.Statement] = []
-    made: dict[tuple[str, int, int], str] = {}  # (operand, axis, nr) -> its packed tensor
+    # (operand, axis, nr) -> its packed tensor; nr 0: the operand with that axis moved last.
+    made: dict[tuple[str, int, int], str] = {}
     changed = False
     skip = set(skip)
     for op in program.ops:
-        p = None
+        p: Packing | Relayout | None = None
         if isinstance(op, ir.Contraction) and op.output not in skip:
-            p = choose_packing(op, tensors, hw, choose_tile, program)
+            p = choose_packing(op, tensors, hw, choose_tile, program) or \
+                choose_relayout(op, tensors, hw, choose_tile, program)
         if p is not None and grouped is not None:
             skip |= set(grouped())
             grouped = None
             p = None if op.output in skip else p
         if p is None:
             ops.append(op)
+            continue
+        if isinstance(p, Relayout):
+            ops += _relaid(op, p, tensors, made)
+            changed = True
             continue
         x = op.inputs[p.operand]
         key = (x.tensor, p.axis, p.nr)
@@ -132,7 +139,7 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
     flat = flatten(op, tensors, source=program.source)
     if flat.fused or flat.constraints:
         return None  # the flat indices are not the statement's: no panel index to name
-    tile = tuple(choose_tile(flat))
+    tile = tuple(choose_tile(flat)[0])
     sched = make_schedule(flat, tile, hw)
     v = sched.vec_index
     if v is None or sched.vec < 2 or v in flat.reduce_indices:
@@ -202,3 +209,100 @@ def _reading_panels(op: ir.Contraction, p: Packing, packed: str, tensors) -> ir.
     new = dataclasses.replace(op, out_idx=out_idx, inputs=tuple(inputs), indices=indices,
                               no_defract=True)
     return dataclasses.replace(new, text=statement_text(new, tensors[op.output].shape))
+
+
+# Relayout: an operand read along the output's unit-stride index at a stride
+
+@dataclasses.dataclass(frozen=True)
+class Relayout:
+    """Input `operand` of a contraction read from a copy with its axis `axis` (which reads
+    the output's unit-stride index) moved last."""
+
+    operand: int
+    axis: int
+
+
+def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
+                    program: ir.Program) -> Relayout | None:
+    """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
+    one that reads the output's unit-stride index, when the search predicts the contraction
+    reading the copy faster by more than the copy costs.
+
+    The NHWC convolution's filter `K[i, j, co, ci]` is the case this is for: CPU code wants
+    the output channels in vector lanes (one broadcast input value times a vector of filter
+    values per FMA), but the filter holds them CI elements apart, so the search vectorises
+    the reduction instead (lanes summed at the end, two loads an FMA).  The copy
+    `K_t[i, j, ci, co]` is small and read by every work-group.  A matrix product with a
+    transposed operand (`B[n, k]`) is the same case.  Constraints may mention other indices
+    (a convolution's padding), not the unit-stride one: lanes cannot be masked."""
+    if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
+            op.default is not None or op.no_defract or not op.out_idx:
+        return None
+    if op.inputs[0].tensor == op.inputs[1].tensor:
+        return None
+    last = plain_indices(op.out_idx[-1:])
+    if last is None:
+        return None
+    u = last[0]
+    if any(c.poly.coef(u) != 0 for c in op.constraints):
+        return None
+    found = None
+    for j, x in enumerate(op.inputs):
+        axes = [a for a, q in enumerate(x.idx) if q.coef(u) != 0]
+        if len(axes) == 1 and x.idx[axes[0]] == ir.Poly.index(u) and \
+                axes[0] != len(x.idx) - 1:
+            found = Relayout(j, axes[0])
+            break
+    if found is None or rewritten(op, tensors, source=program.source) is not op:
+        return None
+    before = choose_tile(flatten(op, tensors, source=program.source))[1]
+    new_tensors = dict(tensors)
+    name = op.inputs[found.operand].tensor
+    new_tensors["__relaid"] = ir.Tensor("__relaid", _moved(tensors[name].shape, found.axis),
+                                        tensors[name].dtype)
+    trial = _reading_relaid(op, found, "__relaid")
+    flat = flatten(trial, new_tensors, source=program.source)
+    tile, after = choose_tile(flat)
+    if before is None or after is None:
+        return None
+    sched = make_schedule(flat, tuple(tile), hw)
+    if sched.vec_index is None or flat.names[sched.vec_index] != u or sched.dot:
+        return None  # the copy would not put the output's index in the lanes
+    t = tensors[name]
+    size = t.size * hw.elem_size(t.dtype)
+    copy = (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
+    return found if after + copy < before else None
+
+
+def _moved(seq: Sequence, axis: int) -> tuple:
+    return (*seq[:axis], *seq[axis + 1:], seq[axis])
+
+
+def _reading_relaid(op: ir.Contraction, r: Relayout, name: str) -> ir.Contraction:
+    inputs = list(op.inputs)
+    x = inputs[r.operand]
+    inputs[r.operand] = ir.Access(name, _moved(x.idx, r.axis), x.span)
+    return dataclasses.replace(op, inputs=tuple(inputs))
+
+
+def _relaid(op: ir.Contraction, r: Relayout, tensors, made) -> list[ir.Statement]:
+    """The copy (unless an earlier contraction made it) and `op` reading it; adds the copy's
+    tensor to `tensors`."""
+    x = op.inputs[r.operand]
+    t = tensors[x.tensor]
+    key = (x.tensor, r.axis, 0)
+    out: list[ir.Statement] = []
+    if key not in made:
+        made[key] = fresh(f"{x.tensor}_t", set(tensors))
+        dims = _moved(t.shape, r.axis)
+        tensors[made[key]] = ir.Tensor(made[key], dims, t.dtype)
+        names = [f"d{a}" for a in range(len(t.shape))]
+        copy = ir.Contraction(
+            output=made[key], out_idx=tuple(ir.Poly.index(n) for n in _moved(names, r.axis)),
+            agg="=", comb=None, inputs=(ir.Access(x.tensor, tuple(ir.Poly.index(n)
+                                                                  for n in names)),),
+            constraints=(), indices=tuple(sorted(names)), span=op.span)
+        out.append(dataclasses.replace(copy, text=statement_text(copy, dims)))
+    new = _reading_relaid(op, r, made[key])
+    out.append(dataclasses.replace(new, text=statement_text(new, tensors[op.output].shape)))
+    return out

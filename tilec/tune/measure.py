@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.contraction import KernelSource, contraction_source, plain_vector_access
+from ..codegen.contraction import KernelSource, contraction_source
 from ..codegen.generate import generate, packed, schedule_for, with_local_size
 from ..config import Config
 from ..errors import Source, TileError
@@ -213,9 +213,8 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
     """The contraction's kernel for one tile, thread budget and code variant."""
     sched = schedule_for(kernel, hw, config, tile, threads, code)
     names = ", ".join(f"{n}={t}" for n, t in zip(kernel.flat.names, tile, strict=True))
-    # As compile renders it (`codegen.generate`): the model's mul-add form and vector access.
-    return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"],
-                              hw.muladd, plain_vector_access(hw))
+    # As compile renders it (`codegen.generate`): the same hardware model's code forms.
+    return contraction_source(kernel, sched, plan.program, [f"tuning candidate: {names}"], hw)
 
 
 # Tiles (the fastest measured that have one) whose code variant is timed too: on the H200's

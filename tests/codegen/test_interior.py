@@ -1,0 +1,73 @@
+"""Constrained CPU contractions: the unmasked interior copy of the free reduction loops and the
+steered masked reads of the edge copy (`codegen.interior`).  Texts are checked device-free;
+the runs compare with the numpy reference on random inputs, outputs poisoned, with tiles forced
+to leave partial tiles, ragged reductions and strided windows at the border."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilec.plan.hw import HwModel
+
+from ..device import needs_device
+from .test_kernels import run_case
+from .test_plain_builtins import avx2_cpu, contraction_texts
+
+NHWC = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+  R = (O > 0 ? O : 0);
+}"""
+NCHW_STRIDED = """function (D[N, CI, X, Y], W[CO, CI, I, J]) -> (O) {
+  O[n, co, x, y : N, CO, 5, 4] = +(D[n, ci, 2*x+i-1, 2*y+j-2] * W[co, ci, i, j]);
+}"""
+# Padding on the left only, a 1-D window over rows of channels.
+LEFT_PADDED = """function (D[X, CI], W[I, CI, CO]) -> (O) {
+  O[x, co : X, CO] = +(D[x + i - 2, ci] * W[i, ci, co]);
+}"""
+
+
+def test_cpu_conv_runs_an_unmasked_interior():
+    text, = contraction_texts(NHWC, {"D": (1, 14, 14, 16), "K": (3, 3, 16, 16)}, avx2_cpu())
+    assert "/* Interior: every constraint holds" in text
+    assert "/* Edge: loads masked by the constraints. */" in text
+    interior = text.split("/* Interior")[1].split("/* Edge")[0]
+    edge = text.split("/* Edge")[1]
+    # No masks or clamps inside; the edge's masks are computed once a read, addresses
+    # steered into the tensor by them.
+    assert "?" not in interior, interior
+    assert "const int m0_" in edge and " ? -" in edge
+
+
+def test_gpu_models_keep_one_masked_loop():
+    """A warp at the border would run both copies: GPU kernels are unchanged."""
+    text, = contraction_texts(NHWC, {"D": (1, 14, 14, 16), "K": (3, 3, 16, 16)},
+                              HwModel.load("nvidia-h100"))
+    assert "Interior" not in text and "const int m0_" not in text
+
+
+def test_unconstrained_products_have_no_interior():
+    text, = contraction_texts("function (A[M, K], B[K, N]) -> (C) "
+                              "{ C[m, n : M, N] = +(A[m, k] * B[k, n]); }",
+                              {"A": (64, 64), "B": (64, 64)}, avx2_cpu())
+    assert "Interior" not in text
+
+
+RUNS = {
+    # partial output tiles (7 rows of x in tiles of 2, 9 of y in tiles of 4), reduction ragged
+    "nhwc_partial": (NHWC, {"D": (1, 7, 9, 12), "K": (3, 3, 12, 12)},
+                     {"x": 2, "y": 4, "ci": 8, "co": 4}),
+    "nhwc_vector_co": (NHWC, {"D": (2, 6, 6, 16), "K": (3, 3, 16, 16)},
+                       {"y": 3, "co": 16, "ci": 16}),
+    "nchw_strided": (NCHW_STRIDED, {"D": (1, 3, 10, 9), "W": (4, 3, 3, 4)},
+                     {"y": 4, "co": 2}),
+    "left_padded": (LEFT_PADDED, {"D": (10, 24), "W": (3, 24, 16)}, {"x": 4, "co": 8, "ci": 8}),
+}
+
+
+@needs_device
+@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("forced", [True, False])
+def test_interior_and_edge_compute_the_reference(name, forced):
+    src, shapes, tile = RUNS[name]
+    tiles = {"*": tile} if forced else {}
+    run_case(src, shapes, tiles=tiles, use_disk_cache=False, use_tuning_records=False)
