@@ -4,6 +4,7 @@ onnxruntime (the outputs) and torch eager in fp32 with TF32 off (the time).
 
     python benchmarks/zoo.py export DIR [--only NAME,..]           # needs torch, torchvision
     python benchmarks/zoo.py run DIR [--device NVIDIA] [--batch 1] [--only NAME,..]
+    python benchmarks/zoo.py run DIR --device Portable --peer onnxruntime   # on the CPU
 
 `export` writes DIR/NAME-bBATCH.onnx for batches 1 and 32 (the batch is fixed in the file; the
 ONNX exporter of this torch writes static shapes) and DIR/NAME-bBATCH.npz with an input and
@@ -155,17 +156,38 @@ def _profile(exe, top: int) -> None:
               f"global {k.global_size} local {k.local_size}, tile {k.tile}", flush=True)
 
 
+def _ort_time(path: Path, feed: dict, repeat: int) -> float:
+    """onnxruntime's CPU provider, its default threads (every core, as PoCL uses): the median
+    wall time of one call."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess.run(None, feed)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
-        profile: int = 0) -> None:
+        profile: int = 0, peer_name: str = "torch") -> None:
     import tilec.onnx
     from tilec.config import Config
 
     print(f"# {datetime.date.today()}; command: python benchmarks/zoo.py "
           f"{' '.join(sys.argv[1:])}")
     print(f"# host CPU: {_cpu()}")
-    print(f"| model (batch {batch}) | kernels | load cold | load warm | tilec | torch eager "
-          f"fp32 | tilec / torch (speed) | max error / max |outputs| |")
-    print("|---|---|---|---|---|---|---|---|")
+    if peer_name == "torch":
+        print(f"| model (batch {batch}) | kernels | load cold | load warm | tilec | torch eager "
+              f"fp32 | tilec / torch (speed) | max error / max |outputs| |")
+        print("|---|---|---|---|---|---|---|---|")
+    else:  # wall times of one call on both sides
+        print(f"| model (batch {batch}) | kernels | load cold | load warm | tilec (kernels) | "
+              f"tilec (wall) | onnxruntime CPU (wall) | tilec / onnxruntime (speed, wall) | "
+              f"max error / max |outputs| |")
+        print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         path = folder / f"{name}-b{batch}.onnx"
         if not path.exists():
@@ -185,11 +207,22 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             want = [data[k] for k in sorted(data.files) if k.startswith("out")]
             errs = [float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30))
                     for g, w in zip(got.values(), want, strict=False)]
-            times = []
+            times, walls = [], []
             for _ in range(repeat):
+                t0 = time.perf_counter()
                 exe.run(feed)
+                walls.append(time.perf_counter() - t0)
                 times.append(sum(exe.last.last_timings.values()))
             ours = statistics.median(times)
+            if peer_name == "onnxruntime":
+                wall = statistics.median(walls)
+                peer = _ort_time(path, {exe.inputs[0]: data["input"]}, repeat)
+                print(f"| {name} | {len(exe.kernels)} | {cold:.1f} s | {warm:.2f} s | "
+                      f"{ours * 1e3:.3f} ms | {wall * 1e3:.3f} ms | {peer * 1e3:.3f} ms | "
+                      f"{peer / wall:.2f} | {max(errs):.1e} |", flush=True)
+                if profile:
+                    _profile(exe, profile)
+                continue
             peer = _torch_time(name, batch, data["input"], repeat)
             ratio = f"{peer / ours:.2f}" if peer else "-"
             peer_text = f"{peer * 1e3:.3f} ms" if peer else "-"
@@ -219,12 +252,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="run: after each model's row, its N slowest kernels")
+    ap.add_argument("--peer", choices=["torch", "onnxruntime"], default="torch",
+                    help="run: torch eager on the GPU (kernel times), or onnxruntime's CPU "
+                         "provider (wall times of one call on both sides)")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else VISION + OTHER
     if args.what == "export":
         export(args.folder, names, [int(b) for b in args.batches.split(",")])
     else:
-        run(args.folder, names, args.batch, args.device, args.repeat, args.profile)
+        run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer)
     return 0
 
 

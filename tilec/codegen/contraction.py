@@ -546,7 +546,9 @@ class _Contraction:
             inner = []
             base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
             inner.append(f"const int o = {base};")
-            direct = vec_out and not k_.post_ops and not self.need_hit and \
+            # (Lanes the output holds apart, `vector_candidates(scatter)`, are stored one by one.)
+            direct = vec_out and out_t.strides[self.v] == 1 and not k_.post_ops and \
+                not self.need_hit and \
                 k_.op.default is None and not [ci for ci, kd in enumerate(self.cons_kind)
                                                if kd == "out"]
             if direct:

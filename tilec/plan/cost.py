@@ -262,7 +262,7 @@ def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str
     # Vectors run along the index the code generator picks (`schedule.vector_candidates`): the
     # output's unit-stride index, or a reduction index read contiguously by every input (then
     # each accumulator is a vector whose lanes are summed at the end: "dot" mode).
-    cands = vector_candidates(flat)
+    cands = vector_candidates(flat, scatter=hw.kind == "cpu")
     u = cands[0] if cands and hw.vec_size > 1 else None
     return dict(sizes=sizes, out_bytes=out_size * es, l1=l1, l2h=hw.l2_bytes // 2,
                 u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices)
@@ -345,7 +345,7 @@ def _vector_index(flat: FlatContraction, hw: HwModel) -> int | None:
     input is contiguous (`schedule.vector_candidates` unstaged).  The schedule may choose
     otherwise and stage an input this guesses it reads through the cache; the exact
     predictions check the schedule's own staging (`predict`)."""
-    cands = vector_candidates(flat) if hw.vec_size > 1 else []
+    cands = vector_candidates(flat, scatter=hw.kind == "cpu") if hw.vec_size > 1 else []
     return cands[0] if cands else None
 
 

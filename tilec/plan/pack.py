@@ -216,45 +216,68 @@ def _reading_panels(op: ir.Contraction, p: Packing, packed: str, tensors) -> ir.
 @dataclasses.dataclass(frozen=True)
 class Relayout:
     """Input `operand` of a contraction read from a copy with its axis `axis` (which reads
-    the output's unit-stride index) moved last."""
+    output index `index`) moved last."""
 
     operand: int
     axis: int
+    index: str
+
+
+def _relayout_candidate(op: ir.Contraction) -> Relayout | None:
+    """The output index to bring into vector lanes and the operand to relay for it: the
+    output's axes from the last one back, each a plain index no constraint mentions, which one
+    operand reads plainly on an axis other than its last and the other reads not at all or
+    plainly on its last axis (an NCHW convolution's co: the input does not read it, the
+    filter `W[co, ci, i, j]` holds it first; its y is padded, its x too; a 1x1 convolution's
+    pixels, a vector's worth only where their count divides by the width)."""
+    fastest = op.out_idx[-1]
+    for q in reversed(op.out_idx):
+        name = plain_indices((q,))
+        if name is None:
+            continue
+        u = name[0]
+        if any(c.poly.coef(u) != 0 for c in op.constraints):
+            continue
+        reads = [[a for a, p in enumerate(x.idx) if p.coef(u) != 0] for x in op.inputs]
+        for j, x in enumerate(op.inputs):
+            other = op.inputs[1 - j]
+            axes, oaxes = reads[j], reads[1 - j]
+            if len(axes) != 1 or x.idx[axes[0]] != q or axes[0] == len(x.idx) - 1:
+                continue
+            # Below the output's fastest axis, only an operand that does not read that axis
+            # (a filter, reused across the pixels) is relaid, never the activations.
+            if q is not fastest and any(p.terms and p == fastest for p in x.idx):
+                continue
+            if oaxes and (oaxes != [len(other.idx) - 1] or other.idx[-1] != q):
+                continue
+            return Relayout(j, axes[0], u)
+    return None
 
 
 def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
                     program: ir.Program) -> Relayout | None:
     """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
-    one that reads the output's unit-stride index, when the search predicts the contraction
-    reading the copy faster by more than the copy costs.
+    one that reads an output index (`_relayout_candidate`), when the search predicts the
+    contraction reading the copy faster by more than the copy costs.
 
     The NHWC convolution's filter `K[i, j, co, ci]` is the case this is for: CPU code wants
     the output channels in vector lanes (one broadcast input value times a vector of filter
     values per FMA), but the filter holds them CI elements apart, so the search vectorises
     the reduction instead (lanes summed at the end, two loads an FMA).  The copy
     `K_t[i, j, ci, co]` is small and read by every work-group.  A matrix product with a
-    transposed operand (`B[n, k]`) is the same case.  Constraints may mention other indices
-    (a convolution's padding), not the unit-stride one: lanes cannot be masked."""
+    transposed operand (`B[n, k]`) is the same case, and so is the NCHW convolution's filter
+    `W[co, ci, i, j]` (its output's lanes then stored one by one: `vector_candidates`).
+    Constraints may mention other indices (a convolution's padding), not the one brought into
+    the lanes: lanes cannot be masked."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract or not op.out_idx:
         return None
     if op.inputs[0].tensor == op.inputs[1].tensor:
         return None
-    last = plain_indices(op.out_idx[-1:])
-    if last is None:
-        return None
-    u = last[0]
-    if any(c.poly.coef(u) != 0 for c in op.constraints):
-        return None
-    found = None
-    for j, x in enumerate(op.inputs):
-        axes = [a for a, q in enumerate(x.idx) if q.coef(u) != 0]
-        if len(axes) == 1 and x.idx[axes[0]] == ir.Poly.index(u) and \
-                axes[0] != len(x.idx) - 1:
-            found = Relayout(j, axes[0])
-            break
+    found = _relayout_candidate(op)
     if found is None or rewritten(op, tensors, source=program.source) is not op:
         return None
+    u = found.index
     before = choose_tile(flatten(op, tensors, source=program.source))[1]
     new_tensors = dict(tensors)
     name = op.inputs[found.operand].tensor

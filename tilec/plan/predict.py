@@ -197,7 +197,8 @@ def _read_slots(flat: FlatContraction, t) -> float:
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
     """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
     staged = hw.kind == "gpu" and hw.staging == "local"  # as `make_schedule` decides
-    cands = vector_candidates(flat, staged=staged) if hw.vec_size > 1 else []
+    cands = vector_candidates(flat, staged=staged, scatter=hw.kind == "cpu") \
+        if hw.vec_size > 1 else []
     kv = cands[0] if cands else None
     lanes = np.ones(T.shape[0], np.int64)
     if kv is not None:

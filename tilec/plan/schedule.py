@@ -101,7 +101,8 @@ def constrained(flat: FlatContraction) -> set[int]:
     return {k for c in flat.constraints for k, v in enumerate(c.coeffs) if v}
 
 
-def vector_candidates(flat: FlatContraction, staged: bool = False) -> list[int]:
+def vector_candidates(flat: FlatContraction, staged: bool = False,
+                      scatter: bool = False) -> list[int]:
     """Indices that can be spread over vector lanes, best first.
 
     An index qualifies when no constraint mentions it (a lane mask per point would be needed)
@@ -110,7 +111,11 @@ def vector_candidates(flat: FlatContraction, staged: bool = False) -> list[int]:
     in local memory, laid out with the vector index innermost: `stage_input`), an input may
     have any stride along it: its copy into local memory does the gathering once, and the
     reads from local memory are vectors (a convolution's output channels, which its NHWC
-    filter holds at stride CI, become a matmul's n)."""
+    filter holds at stride CI, become a matmul's n).  With `scatter` (CPU models), an output
+    index the output holds at another stride qualifies last: its lanes are stored one by one,
+    once an output element, while the reduction reads whole vectors (an NCHW convolution's
+    output channels, read from a filter relaid with them innermost: `plan.pack`); an index of
+    odd range, which no vector fits, is then passed over for the next."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
@@ -122,10 +127,12 @@ def vector_candidates(flat: FlatContraction, staged: bool = False) -> list[int]:
         if any(s not in (0, 1) for s in strides) or 1 not in strides + [flat.output.strides[k]]:
             continue
         out = flat.output.strides[k]
-        if out not in (0, 1):
+        if out not in (0, 1) and not (scatter and k in flat.out_indices):
             continue
+        if scatter and flat.ranges[k] % 2:
+            continue  # no vector fits an odd range (`_register_tile`): the CPU model looks on
         loads = sum(1 for s in strides if s == 1)
-        scored.append((0 if out == 1 else 1, -loads, k))
+        scored.append((0 if out == 1 else 1 if out == 0 else 2, -loads, k))
     return [k for *_, k in sorted(scored)]
 
 
@@ -161,13 +168,15 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     use_local = (staging or hw.staging) == "local"
     forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
     budget = hw.threads if threads is None else threads
-    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True)
+    scatter = hw.kind == "cpu"
+    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True, scatter)
     if forms and run is None and vec_index is not None and any(
             t.strides[vec_index] not in (0, 1) for t in flat.inputs):
         # A gathered vector index pays (transposing copies, small register tiles) only with
         # runs beside it, the matmul form: without, the seed conv at N=1 224x224 ran 0.209 ms
         # against 0.186 with its vectors along ci.
-        vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, False)
+        vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, False,
+                                                   scatter)
     staged = tuple(
         None if not use_local else
         stage_input(flat, tuple(tile), i, run.index, RUN) if run is not None and i == run.input
@@ -244,13 +253,13 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
 
 
 def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, budget: int,
-                   forms: bool, gathered: bool):
+                   forms: bool, gathered: bool, scatter: bool = False):
     """(vector index, lanes, threads per index, runs) for a tile: the first vector candidate
     (`gathered`: one an input holds at another stride may be, `vector_candidates`) and the
     first run candidate whose thread split leaves each thread whole runs along it."""
     vec_index, lanes = None, 1
     if width > 1:
-        for k in vector_candidates(flat, staged=forms and gathered):
+        for k in vector_candidates(flat, staged=forms and gathered, scatter=scatter):
             w = _pow2_divisor(tile[k], width)
             w = min(w, _pow2_divisor(flat.ranges[k], width))
             if w > 1:
