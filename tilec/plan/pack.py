@@ -258,7 +258,8 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
                     program: ir.Program) -> Relayout | None:
     """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
     one that reads an output index (`_relayout_candidate`), when the search predicts the
-    contraction reading the copy faster by more than the copy costs.
+    contraction reading the copy faster by more than the copy costs (without a time model:
+    when the copy brings that index into the lanes and the contraction as written has none).
 
     The NHWC convolution's filter `K[i, j, co, ci]` is the case this is for: CPU code wants
     the output channels in vector lanes (one broadcast input value times a vector of filter
@@ -278,7 +279,8 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     if found is None or rewritten(op, tensors, source=program.source) is not op:
         return None
     u = found.index
-    before = choose_tile(flatten(op, tensors, source=program.source))[1]
+    flat0 = flatten(op, tensors, source=program.source)
+    tile0, before = choose_tile(flat0)
     new_tensors = dict(tensors)
     name = op.inputs[found.operand].tensor
     new_tensors["__relaid"] = ir.Tensor("__relaid", _moved(tensors[name].shape, found.axis),
@@ -286,11 +288,14 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     trial = _reading_relaid(op, found, "__relaid")
     flat = flatten(trial, new_tensors, source=program.source)
     tile, after = choose_tile(flat)
-    if before is None or after is None:
-        return None
     sched = make_schedule(flat, tuple(tile), hw)
     if sched.vec_index is None or flat.names[sched.vec_index] != u or sched.dot:
         return None  # the copy would not put the output's index in the lanes
+    if before is None or after is None:
+        # No time model (an uncalibrated CPU): relay where the contraction as written gets
+        # no vectors along an output index (scalar code, or lanes summed at the end).
+        sched0 = make_schedule(flat0, tuple(tile0), hw)
+        return found if sched0.vec_index is None or sched0.dot else None
     t = tensors[name]
     size = t.size * hw.elem_size(t.dtype)
     copy = (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
