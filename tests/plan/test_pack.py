@@ -124,15 +124,71 @@ def test_groups_keep_a_contiguous_panel_larger_than_l1():
 
 
 def test_convolutions_are_left_without_a_search():
-    """NCHW weights do not read the output's unit-stride index: no search is paid for them."""
+    """Weights that do not read the output's unit-stride index are not packed, and weights
+    holding the output channels last need no relayout: no search is paid for them."""
     from tilec.plan.pack import pack_panels
 
-    src = """function (D[N, CI, X, Y], W[CO, CI, I, J]) -> (O) {
-      O[n, co, x, y : N, CO, X - 2, Y - 2] = +(D[n, ci, x + i, y + j] * W[co, ci, i, j]);
+    src = """function (D[N, CI, X, Y], W[CI, I, J, CO]) -> (O) {
+      O[n, co, x, y : N, CO, X - 2, Y - 2] = +(D[n, ci, x + i, y + j] * W[ci, i, j, co]);
     }"""
-    program = check_program(src, {"D": (1, 256, 16, 16), "W": (256, 256, 3, 3)})
+    program = check_program(src, {"D": (1, 256, 16, 16), "W": (256, 3, 3, 256)})
 
     def no_search(flat):
         raise AssertionError("searched")
 
     assert pack_panels(program, CPU, no_search) is program
+
+
+# Relayout (`choose_relayout`): an operand read along an output index at a stride.
+
+NHWC_CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+  R = (O > 0 ? O : 0);
+}"""
+NCHW_CONV = """function (D[N, CI, X, Y], W[CO, CI, I, J]) -> (O) {
+  O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x+i-1, y+j-1] * W[co, ci, i, j]);
+}"""
+POINTWISE = """function (D[N, CI, X, Y], W[CO, CI]) -> (O) {
+  O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x, y] * W[co, ci]);
+}"""
+
+
+def _relaid(program: ir.Program) -> list[ir.Contraction]:
+    return [op for op in program.ops if isinstance(op, ir.Contraction) and op.agg == "="
+            and op.output.endswith("_t")]
+
+
+def _no_time_model(hw: HwModel) -> HwModel:
+    """The model an uncalibrated CPU gets: no time predictions, so the structural rule."""
+    from dataclasses import replace
+    return replace(hw, peak_gflops=0.0)
+
+
+@pytest.mark.parametrize("src, shapes, operand, moved", [
+    (NHWC_CONV, {"D": (1, 14, 14, 32), "K": (3, 3, 32, 32)}, "K", (3, 3, 32, 32)),
+    (NCHW_CONV, {"D": (1, 32, 14, 14), "W": (32, 32, 3, 3)}, "W", (32, 3, 3, 32)),
+    # 13 x 13 pixels: no vector fits them, the output channels take the lanes.
+    (POINTWISE, {"D": (1, 64, 13, 13), "W": (48, 64)}, "W", (64, 48)),
+])
+@pytest.mark.parametrize("timed", [True, False])
+def test_filters_are_relaid_with_the_lane_index_last(src, shapes, operand, moved, timed):
+    hw = CPU if timed else _no_time_model(CPU)
+    program, out = _same_outputs(src, shapes, hw)
+    (copy,) = _relaid(out)
+    assert copy.inputs[0].tensor == operand
+    assert out.tensors[copy.output].shape == moved
+    product = [op for op in out.ops if op.output != copy.output][0]
+    assert copy.output in [x.tensor for x in product.inputs]
+    # The product as compile would build it: vectors along the index the copy put last.
+    kernel = [k for k in plan_kernels(out).kernels if k.op.output == product.output][0]
+    sched = make_schedule(kernel.flat, search(kernel.flat, hw).tile, hw)
+    lane = kernel.flat.names[sched.vec_index]
+    assert not sched.dot and lane == "co"
+
+
+def test_activations_and_gpu_products_are_not_relaid():
+    # The pixels divide by the vector: they keep the lanes, nothing is copied.
+    program, out = _same_outputs(POINTWISE, {"D": (1, 64, 16, 16), "W": (48, 64)})
+    assert not _relaid(out)
+    program = check_program(NCHW_CONV, {"D": (1, 32, 14, 14), "W": (32, 32, 3, 3)})
+    assert packed(program, HwModel.load("nvidia-h100"), CONFIG) is program

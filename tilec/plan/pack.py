@@ -246,7 +246,7 @@ def _relayout_candidate(op: ir.Contraction) -> Relayout | None:
                 continue
             # Below the output's fastest axis, only an operand that does not read that axis
             # (a filter, reused across the pixels) is relaid, never the activations.
-            if q is not fastest and any(p.terms and p == fastest for p in x.idx):
+            if q is not fastest and any(p.coef(n) != 0 for p in x.idx for n, _ in fastest.terms):
                 continue
             if oaxes and (oaxes != [len(other.idx) - 1] or other.idx[-1] != q):
                 continue
