@@ -27,7 +27,11 @@ copy, whose launch and pass cost more than the panels save), and each panel is r
 least `MIN_REREADS` work-groups (a matrix-vector product reads each element once: the copy
 would double its traffic).  Only CPU models pack (GPUs stage tiles in local memory), only `+(x * y)`
 contractions without constraints or rewrites, and never one whose tile the user forced
-(`--tile` names its indices)."""
+(`--tile` names its indices).
+
+The same pass relays a filter (`choose_relayout`): a convolution's weights that hold the
+output channels at a stride are copied with that axis last, so that the channels can be the
+vector lanes; there constraints on other indices (padding) are allowed."""
 
 from __future__ import annotations
 
@@ -211,7 +215,7 @@ def _reading_panels(op: ir.Contraction, p: Packing, packed: str, tensors) -> ir.
     return dataclasses.replace(new, text=statement_text(new, tensors[op.output].shape))
 
 
-# Relayout: an operand read along the output's unit-stride index at a stride
+# Relayout: a filter read along an output index at a stride, copied with that axis last
 
 @dataclasses.dataclass(frozen=True)
 class Relayout:
@@ -283,9 +287,10 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     tile0, before = choose_tile(flat0)
     new_tensors = dict(tensors)
     name = op.inputs[found.operand].tensor
-    new_tensors["__relaid"] = ir.Tensor("__relaid", _moved(tensors[name].shape, found.axis),
+    trial_name = fresh(f"{name}_t", set(tensors))
+    new_tensors[trial_name] = ir.Tensor(trial_name, _moved(tensors[name].shape, found.axis),
                                         tensors[name].dtype)
-    trial = _reading_relaid(op, found, "__relaid")
+    trial = _reading_relaid(op, found, trial_name)
     flat = flatten(trial, new_tensors, source=program.source)
     tile, after = choose_tile(flat)
     sched = make_schedule(flat, tuple(tile), hw)
