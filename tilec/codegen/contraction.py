@@ -52,7 +52,10 @@ class _Contraction:
         self.kernel = kernel
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.plain_vectors = plain_vectors  # `plain_vector_access`
-        self.interior_split = interior_split  # `Interior` (CPU models)
+        # `Interior` and steered reads (CPU models), for contractions whose every output
+        # element is one point (convolutions): ConvTranspose-like maps (an init kernel and a
+        # defracted product) read NaN from poisoned memory with them on some tiles.
+        self.interior_split = interior_split and kernel.out_map == "bijective"
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
