@@ -71,3 +71,13 @@ def test_interior_and_edge_compute_the_reference(name, forced):
     src, shapes, tile = RUNS[name]
     tiles = {"*": tile} if forced else {}
     run_case(src, shapes, tiles=tiles, use_disk_cache=False, use_tuning_records=False)
+
+
+def test_transposed_convolutions_keep_the_clamped_loop():
+    """An init kernel and a defracted product (ConvTranspose) keep clamped masked reads: with
+    steered ones, some tiles read NaN from poisoned memory."""
+    from ..kernel_cases import CASES
+
+    src, shapes = CASES["convt2d_s2"]
+    texts = contraction_texts(src, shapes, avx2_cpu())
+    assert texts and not any("Interior" in t or "const int m0_" in t for t in texts)
