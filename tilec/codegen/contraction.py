@@ -298,7 +298,7 @@ class _Contraction:
         for k in order:
             n = f.names[k]
             step = self.W if k == self.v else 1
-            loop = {"var": f"u_{n}", "start": 0, "end": s.tile[k], "step": step,
+            loop = {"var": f"u_{n}", "index": k, "start": 0, "end": s.tile[k], "step": step,
                     "unroll": k in unrolled}
             inner.append(self.split.loop(loop) if self.split and k == s.split_index else loop)
         return outer, inner
@@ -432,12 +432,18 @@ class _Contraction:
                               for ci in masked.get(i, ())]
                     if run is None or i != run.input:
                         # A masked read on a CPU steers its address instead of clamping it
-                        # (`steered_offset`); its mask is computed once, as m<read>.
+                        # (`steered_offset`).  Its mask, computed once as m<read>, is every
+                        # constraint at the point, not only those this read carries: the
+                        # others may guard another input's read, and an address they leave
+                        # out of bounds may hold NaN, which times that read's 0 is NaN.
                         steered = None
                         if guards and self.interior_split:
                             steered = steered_offset(self, i, c, f"m{var[1:]}")
                             if steered is not None:
-                                out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
+                                valid = dict.fromkeys(
+                                    self.constraint_text(ci, self.point_env(c))
+                                    for ci, kind in enumerate(self.cons_kind) if kind != "red")
+                                out.append(f"const int m{var[1:]} = {' && '.join(valid)};")
                                 guards = [f"m{var[1:]}"]
                         value = self.input_value(i, c, out, f"g{var[1:]}",
                                                  clamp=not (clean and i in inside.plain),

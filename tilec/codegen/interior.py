@@ -34,8 +34,7 @@ class Interior:
         blocked = constrained(f)
         # The inner loops in `loops` order; the split goes before the first free one.
         _, inner = c.loops()
-        self.at = next(n for n, lp in enumerate(inner)
-                       if f.names.index(lp["var"][2:]) not in blocked)
+        self.at = next(n for n, lp in enumerate(inner) if lp["index"] not in blocked)
         self.fixed = [k for k in c.red_idx if k in blocked]
         # Inputs whose reads stay inside their tensors in the interior without a clamp.
         self.plain = {i for i, t in enumerate(f.inputs) if self._lanes_inside(t)}
