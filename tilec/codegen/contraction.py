@@ -432,18 +432,15 @@ class _Contraction:
                               for ci in masked.get(i, ())]
                     if run is None or i != run.input:
                         # A masked read on a CPU steers its address instead of clamping it
-                        # (`steered_offset`).  Its mask, computed once as m<read>, is every
-                        # constraint at the point, not only those this read carries: the
-                        # others may guard another input's read, and an address they leave
-                        # out of bounds may hold NaN, which times that read's 0 is NaN.
+                        # (`steered_offset`); its mask is computed once, as m<read>.  Only
+                        # where one input carries every constraint (a convolution's input):
+                        # where they are split, a constraint that keeps this read in bounds
+                        # may be carried by the other input's read.
                         steered = None
-                        if guards and self.interior_split:
+                        if guards and self.interior_split and len(masked) == 1:
                             steered = steered_offset(self, i, c, f"m{var[1:]}")
                             if steered is not None:
-                                valid = dict.fromkeys(
-                                    self.constraint_text(ci, self.point_env(c))
-                                    for ci, kind in enumerate(self.cons_kind) if kind != "red")
-                                out.append(f"const int m{var[1:]} = {' && '.join(valid)};")
+                                out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
                                 guards = [f"m{var[1:]}"]
                         value = self.input_value(i, c, out, f"g{var[1:]}",
                                                  clamp=not (clean and i in inside.plain),
