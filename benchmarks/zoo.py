@@ -144,11 +144,19 @@ def _torch_time(name: str, batch: int, x: np.ndarray, repeat: int) -> float | No
     return t
 
 
+def _kernel_count(exe) -> str:
+    """Kernels per call, and those run once at load (they read the weights alone)."""
+    once = len(exe.last.bind_timings)
+    per_call = len(exe.kernels) - once
+    return f"{per_call} (+{once} at load)" if once else str(per_call)
+
+
 def _profile(exe, top: int) -> None:
     """The `top` slowest kernels of the last call: where a model's time goes."""
     launch = exe.last
     total = sum(launch.last_timings.values())
-    rows = sorted(launch.kernels, key=lambda k: -launch.last_timings.get(k.name, 0.0))
+    rows = sorted([k for k in launch.kernels if k.name in launch.last_timings],
+                  key=lambda k: -launch.last_timings[k.name])
     for k in rows[:top]:
         t = launch.last_timings.get(k.name, 0.0)
         rate = f"{k.flops / t * 1e-9:.0f} GFLOP/s" if t and k.flops else "-"
@@ -217,7 +225,7 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             if peer_name == "onnxruntime":
                 wall = statistics.median(walls)
                 peer = _ort_time(path, {exe.inputs[0]: data["input"]}, repeat)
-                print(f"| {name} | {len(exe.kernels)} | {cold:.1f} s | {warm:.2f} s | "
+                print(f"| {name} | {_kernel_count(exe)} | {cold:.1f} s | {warm:.2f} s | "
                       f"{ours * 1e3:.3f} ms | {wall * 1e3:.3f} ms | {peer * 1e3:.3f} ms | "
                       f"{peer / wall:.2f} | {max(errs):.1e} |", flush=True)
                 if profile:
@@ -226,7 +234,7 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             peer = _torch_time(name, batch, data["input"], repeat)
             ratio = f"{peer / ours:.2f}" if peer else "-"
             peer_text = f"{peer * 1e3:.3f} ms" if peer else "-"
-            print(f"| {name} | {len(exe.kernels)} | {cold:.1f} s | {warm:.2f} s | "
+            print(f"| {name} | {_kernel_count(exe)} | {cold:.1f} s | {warm:.2f} s | "
                   f"{ours * 1e3:.3f} ms | {peer_text} | {ratio} | {max(errs):.1e} |", flush=True)
             if profile:
                 _profile(exe, profile)

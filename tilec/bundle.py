@@ -207,7 +207,8 @@ class BundledExecutable(Launcher):
         self.from_binary = not self.fallback_reason
         launches = [self._launch_size(k) for k in m["kernels"]]
         kernels = [KernelInfo(k["name"], k["kind"], g, loc, dict(k.get("tile") or {}), "",
-                              int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]))
+                              int(k.get("flops", 0)), tuple(a["tensor"] for a in k["args"]),
+                              tuple(a["tensor"] for a in k["args"] if a["access"] == "write"))
                    for k, (g, loc) in zip(m["kernels"], launches, strict=True)]
         # "entry": the program's kernel that runs it (kernels differing only in names share
         # one); bundles written before it name their own.

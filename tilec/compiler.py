@@ -68,13 +68,17 @@ class Executable(Launcher):
         self._cl_program = built if built is not None else runtime.build(
             self.source, config.build_options, config)
         kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
-                              s.flops, tuple(a.tensor for a in s.args)) for s in sources]
+                              s.flops, tuple(a.tensor for a in s.args),
+                              tuple(a.tensor for a in s.args if a.role == "out"))
+                   for s in sources]
         cl_kernels = {s.name: runtime.kernel(self._cl_program, self.entries[s.name])
                       for s in sources}
-        memory = plan_memory(sources, {n: s.nbytes for n, s in specs.items()},
-                             set(program.inputs) | set(program.outputs))
+        sizes = {n: s.nbytes for n, s in specs.items()}
+        keep = set(program.inputs) | set(program.outputs)
+        memory = plan_memory(sources, sizes, keep)
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
-                    memory, validate)
+                    memory, validate,
+                    replan=lambda more: plan_memory(sources, sizes, keep | more))
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *,
                 partial: bool = False) -> dict[str, np.ndarray]:

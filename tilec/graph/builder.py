@@ -127,6 +127,11 @@ class GraphExecutable:
     def last_timings(self) -> dict[str, float]:
         return self.executable.last_timings if self.executable is not None else {}
 
+    @property
+    def bind_timings(self) -> dict[str, float]:
+        """Kernels run once when the constants were bound (they depend on nothing else)."""
+        return self.executable.bind_timings if self.executable is not None else {}
+
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)
 

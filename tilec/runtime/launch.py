@@ -4,7 +4,7 @@ poisoned outputs, launches in order with event timing, downloads and validation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ class KernelInfo:
     cost: str
     flops: int
     args: tuple[str, ...]
+    writes: tuple[str, ...] = ()  # the args it writes (the others it only reads)
 
 
 @dataclass
@@ -67,7 +68,8 @@ class Launcher:
 
     def _setup(self, runtime: Runtime, inputs: tuple[str, ...], outputs: tuple[str, ...],
                specs: Mapping[str, BufferSpec], kernels: list[KernelInfo], cl_kernels: dict,
-               memory: MemoryPlan | None, validate: bool) -> None:
+               memory: MemoryPlan | None, validate: bool,
+               replan: Callable[[set[str]], MemoryPlan] | None = None) -> None:
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         self.runtime = runtime
         self.inputs, self.outputs = inputs, outputs
@@ -80,6 +82,11 @@ class Launcher:
         self.last_validation: Validation | None = None
         self._buffers: dict[object, object] = {}
         self._bound: dict[str, np.ndarray] = {}
+        # The memory plan with more tensors kept out of the pool (those `bind` computes).
+        self._replan = replan
+        self.hoisted: tuple[str, ...] = ()  # kernels run by `bind`, not by every call
+        self._hoist_reads: set[str] = set()  # the bound inputs they depend on
+        self.bind_timings: dict[str, float] = {}
 
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
@@ -95,11 +102,30 @@ class Launcher:
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Upload inputs that stay the same between calls (weights) once; later calls may
-        leave them out."""
+        leave them out.  Kernels that depend on bound inputs alone (a filter copied into
+        another layout, a normalization folded into weights) run here, once, instead of on
+        every call."""
         prepared = self._inputs(arrays, partial=True)
         for name, arr in prepared.items():
             self.runtime.upload(self._buffer(name), arr)
         self._bound.update(prepared)
+        hoisted, deps = hoistable(self.kernels, set(self._bound))
+        if not hoisted:
+            return
+        kept = {t for k in self.kernels if k.name in hoisted for t in k.writes}
+        if self.memory is not None and kept & set(self.memory.slot_of):
+            # What bind computes lives on between calls: out of the pool, in own buffers.
+            if self._replan is None:
+                return
+            self.memory = self._replan(kept)
+            self._buffers = {k: b for k, b in self._buffers.items()
+                             if not (isinstance(k, tuple) and k[0] == "pool")}
+        self.hoisted, self._hoist_reads = tuple(sorted(hoisted)), deps
+        # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
+        for name in sorted(kept):
+            s = self.specs[name]
+            self.runtime.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
+        self.bind_timings = self._launch([k for k in self.kernels if k.name in hoisted], 1)
 
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)
@@ -117,21 +143,17 @@ class Launcher:
         if missing:
             s = self.specs[missing[0]]
             raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
+        # A value given for a bound input replaces the binding (its buffer holds it now), and
+        # a call that gives one the bound kernels read runs them again.
+        self._bound.update({n: a for n, a in given.items() if n in self._bound})
+        skip = set(self.hoisted) if not set(given) & self._hoist_reads else set()
+        kept = {t for k in self.kernels if k.name in skip for t in k.writes}
         if poison:
             for name, s in self.specs.items():
-                if name not in self.inputs:
+                if name not in self.inputs and name not in kept:
                     rt.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
-        times: dict[str, list[float]] = {k.name: [] for k in self.kernels}
-        for _ in range(max(1, repeat)):
-            events = []
-            for k in self.kernels:
-                args = [self._buffer(a) for a in k.args]
-                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
-                                                 k.local_size, args)))
-            rt.finish()
-            for name, ev in events:
-                times[name].append(event_seconds(ev))
-        self.last_timings = {n: float(np.median(v)) for n, v in times.items()}
+        self.last_timings = self._launch([k for k in self.kernels if k.name not in skip],
+                                         repeat)
         outs = {}
         for name in self.outputs:
             if name not in self.specs:  # an output that is an input passed straight through
@@ -147,6 +169,21 @@ class Launcher:
                 raise ValidationError(f"results disagree with the numpy reference: "
                                       f"{self.last_validation.worst}")
         return outs
+
+    def _launch(self, kernels: list[KernelInfo], repeat: int) -> dict[str, float]:
+        """Launch `kernels` in order `repeat` times; the median seconds of each."""
+        rt = self.runtime
+        times: dict[str, list[float]] = {k.name: [] for k in kernels}
+        for _ in range(max(1, repeat)):
+            events = []
+            for k in kernels:
+                args = [self._buffer(a) for a in k.args]
+                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
+                                                 k.local_size, args)))
+            rt.finish()
+            for name, ev in events:
+                times[name].append(event_seconds(ev))
+        return {n: float(np.median(v)) for n, v in times.items()}
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *,
                 partial: bool = False) -> dict[str, np.ndarray]:
@@ -175,6 +212,30 @@ class Launcher:
     def gflops(self) -> dict[str, float]:
         return {k.name: k.flops / self.last_timings[k.name] * 1e-9
                 for k in self.kernels if self.last_timings.get(k.name)}
+
+
+def hoistable(kernels: list[KernelInfo], bound: set[str]) -> tuple[set[str], set[str]]:
+    """The kernels whose results follow from the `bound` inputs alone, so that one run at
+    bind time serves every call, and the bound inputs they read.  A kernel qualifies when
+    every tensor it touches is a bound input no kernel writes, or is written by qualifying
+    kernels only: a tensor that a per-call kernel also writes (an accumulation into it, an
+    update in place) keeps all of its writers per call."""
+    if not bound:
+        return set(), set()
+    writers: dict[str, set[str]] = {}
+    for k in kernels:
+        for t in k.writes:
+            writers.setdefault(t, set()).add(k.name)
+    chosen = {k.name for k in kernels}
+    while True:
+        ready = {t for t in bound if t not in writers} | {
+            t for t, ws in writers.items() if t not in bound and ws <= chosen}
+        keep = {k.name for k in kernels if k.name in chosen and set(k.args) <= ready}
+        if keep == chosen:
+            break
+        chosen = keep
+    deps = {t for k in kernels if k.name in chosen for t in k.args if t in bound}
+    return chosen, deps
 
 
 def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], program: ir.Program,
