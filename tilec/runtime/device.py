@@ -372,9 +372,11 @@ class Runtime:
     def fill(self, buf, value: np.ndarray, nbytes: int) -> None:
         self.cl.enqueue_fill_buffer(self.queue, buf, value, 0, nbytes)
 
-    def launch(self, kernel, global_size: int, local_size: int | None, args: list):
+    def launch(self, kernel, global_size: int, local_size: int | None, args: list | None):
+        """Enqueue `kernel`; `args` None: the kernel keeps the arguments set last time."""
         try:
-            kernel.set_args(*args)
+            if args is not None:
+                kernel.set_args(*args)
             return self.cl.enqueue_nd_range_kernel(
                 self.queue, kernel, (global_size,), None if local_size is None
                 else (local_size,))
