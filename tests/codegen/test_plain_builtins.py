@@ -71,13 +71,16 @@ def test_padded_conv_loop_has_no_library_calls():
     assert any("const int m0_" in t for t in texts)
 
 
-def test_unaligned_vectors_keep_vload():
-    """Vectors that start anywhere (an odd row length, an offset of 1) keep vloadN, which
-    needs only element alignment; the clamp is gone (vector starts stay in bounds)."""
+def test_unaligned_vectors_read_through_an_element_aligned_type():
+    """Vectors that start anywhere (an odd row length, an offset of 1) are read through a
+    vector type the kernel declares with its element's alignment: one unaligned load, where
+    vloadN is a library call; the clamp is gone (vector starts stay in bounds)."""
     src = "function (A[M, K], B[K, L]) -> (C) { C[m, n : M, 32] = +(A[m, k] * B[k, n + 1]); }"
     text, = contraction_texts(src, {"A": (16, 13), "B": (13, 33)}, avx2_cpu())
-    assert "vload8(0, b_B + (1 + 33 * i_k + p_n_0))" in text
+    assert "typedef float float8_u __attribute__((ext_vector_type(8), aligned(4)));" in text
+    assert "*((__global const float8_u*)(b_B + (1 + 33 * i_k + p_n_0)))" in text
     assert "(__global const float8*)" not in text
+    assert not [c for c in CALLS if c in text], text
 
 
 def test_cpu_registers_follow_the_vector_width_kernels_get():

@@ -74,8 +74,9 @@ CASES = [
 def test_einsum(equation, shapes):
     feed = {f"x{k}": rand(s) for k, s in enumerate(shapes)}
     exe = check(einsum_model(equation, shapes), feed)
-    if len(shapes) == 2:
-        assert [k.kind for k in exe.kernels] == ["contraction"], exe.tile
+    if len(shapes) == 2:  # one product (a CPU model may copy an operand into its lanes)
+        kinds = [k.kind for k in exe.kernels if not k.name.endswith("_t")]
+        assert kinds == ["contraction"], exe.tile
 
 
 @device

@@ -89,12 +89,29 @@ def vector_access(buf: str, offset: str, dtype: str, width: int, const: bool = F
     return f"*((__global {ty}*)({buf} + ({offset})))"
 
 
-def load(buf: str, offset: str, dtype: str, width: int = 1, aligned: bool = False) -> str:
+def unaligned_type(dtype: str, width: int) -> str:
+    """The name of `unaligned_typedef`'s vector type."""
+    return f"{STORAGE[dtype]}{width}_u"
+
+
+def unaligned_typedef(dtype: str, width: int) -> str:
+    """A vector type aligned like its element, declared in the kernel: a pointer to it reads
+    or writes a vector at any element offset as one unaligned vector access (`load` and
+    `store` with `unaligned`), where vloadN/vstoreN stay library calls (`vector_access`)."""
+    return f"typedef {STORAGE[dtype]} {unaligned_type(dtype, width)} " \
+        f"__attribute__((ext_vector_type({width}), aligned({ir.DTYPE_BYTES[dtype]})));"
+
+
+def load(buf: str, offset: str, dtype: str, width: int = 1, aligned: bool = False,
+         unaligned: bool = False) -> str:
     """A value (or a vector of `width` consecutive values) converted to its compute type.
-    `aligned`: the vector starts on a multiple of its size (`vector_access`)."""
+    `aligned`: the vector starts on a multiple of its size (`vector_access`); `unaligned`:
+    it may not, and is read through `unaligned_typedef`'s type, which the kernel declares."""
     c = COMPUTE[dtype]
     if width > 1 and aligned and dtype in VECTOR_ACCESS:
         return vector_access(buf, offset, dtype, width, const=True)
+    if width > 1 and unaligned and dtype in VECTOR_ACCESS:
+        return f"*((__global const {unaligned_type(dtype, width)}*)({buf} + ({offset})))"
     if width == 1:
         if dtype == "float16":
             return f"vload_half({offset}, {buf})"
@@ -108,10 +125,26 @@ def load(buf: str, offset: str, dtype: str, width: int = 1, aligned: bool = Fals
     return f"vload{width}(0, {buf} + ({offset}))"
 
 
+def load_pairs(buf: str, offset: str, dtype: str, width: int, unaligned: bool = False) -> str:
+    """A vector of `width` values two elements apart (a stride-2 window's columns): the even
+    lanes of a vector read and the odd lanes of one that starts width - 1 later, so that the
+    reads cover exactly the elements from the first lane's to the last lane's (a read one
+    element past the last could leave the buffer).  CPU compilers make each half a vector
+    load and the pair one shuffle."""
+    if width == 2:
+        return f"(({COMPUTE[dtype]}2)({load(buf, offset, dtype)}, " \
+               f"{load(buf, f'{offset} + 2', dtype)}))"
+    first = load(buf, offset, dtype, width, unaligned=unaligned)
+    second = load(buf, f"({offset}) + {width - 1}", dtype, width, unaligned=unaligned)
+    return f"(({COMPUTE[dtype]}{width})(({first}).even, ({second}).odd))"
+
+
 def store(buf: str, offset: str, value: str, dtype: str, width: int = 1,
-          aligned: bool = False) -> str:
+          aligned: bool = False, unaligned: bool = False) -> str:
     if width > 1 and aligned and dtype in VECTOR_ACCESS:
         return f"{vector_access(buf, offset, dtype, width)} = {value};"
+    if width > 1 and unaligned and dtype in VECTOR_ACCESS:
+        return f"*((__global {unaligned_type(dtype, width)}*)({buf} + ({offset}))) = {value};"
     if width == 1:
         if dtype == "float16":
             return f"vstore_half({value}, {offset}, {buf});"

@@ -85,6 +85,7 @@ class _Contraction:
         self.placed = dict(kernel.storage)
         self.pipe = Pipeline(self) if sched.pipeline else None
         self.copies: dict[int, dict] = {}  # per staged input: how it is copied (`pipeline`)
+        self.typedefs: dict[str, None] = {}  # the vector types unaligned accesses use
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -108,6 +109,8 @@ class _Contraction:
         lo = hi = off
         for k, s in enumerate(strides):
             top = self.counts[k] * self.sched.tile[k] - 1
+            if self.sched.shifted(k):  # the last tile ends where the range does
+                top = self.flat.ranges[k] - (self.W if starts and k == self.v else 1)
             if starts and k == self.v and self.lanes_aligned():
                 top -= (self.sched.tile[k] - 1) % self.W
             lo += min(0, s * top)
@@ -120,6 +123,7 @@ class _Contraction:
         forms' runs, nor a reduction split along the vector index)."""
         s = self.sched
         return self.W > 1 and self.v is not None and s.tile[self.v] % self.W == 0 and \
+            not s.shifted(self.v) and \
             (s.run is None or s.run.index != self.v) and \
             not (self.split and s.split_index == self.v)
 
@@ -131,6 +135,25 @@ class _Contraction:
         return self.plain_vectors and self.lanes_aligned() and t.strides[self.v] == 1 and \
             t.offset % W == 0 and t.size % W == 0 and \
             all(x % W == 0 for k, x in enumerate(t.strides) if k != self.v)
+
+    def overhangs(self, k: int) -> bool:
+        """Whether output index k's tiles reach past its range (a partial last tile that does
+        not move back: `Schedule.shift`)."""
+        return self.counts[k] * self.sched.tile[k] > self.flat.ranges[k] and \
+            not self.sched.shifted(k)
+
+    def lanes_fit(self) -> bool:
+        """Whether vector lanes never pass the vector index's range: vectors start on
+        multiples of W of a range W divides, or the last tile moves back."""
+        v, W = self.v, self.W
+        return W == 1 or v is None or self.sched.shifted(v) or \
+            (self.lanes_aligned() and self.flat.ranges[v] % W == 0)
+
+    def span(self, t) -> int:
+        """Elements one read of tensor t covers: a vector's lanes, `stride` apart."""
+        if self.W == 1 or self.v is None or t.strides[self.v] == 0:
+            return 1
+        return (self.W - 1) * abs(t.strides[self.v]) + 1
 
     def guarded(self, t_index: int, expr: str, width: int, decls: list[str] | None = None,
                 name: str = "g") -> str:
@@ -184,8 +207,22 @@ class _Contraction:
             at = self.guarded(i + 1, off, 1, decls, name) if clamp else off
             val = clexpr.load(buf(t.name), at, t.dtype)
             return val if W == 1 else f"(({ctype}{W})({val}))"
-        at = self.guarded(i + 1, off, W, decls, name) if clamp else off
-        return clexpr.load(buf(t.name), at, t.dtype, W, aligned=self.vector_aligned(i + 1))
+        at = self.guarded(i + 1, off, self.span(t), decls, name) if clamp else off
+        if t.strides[v] == 2:  # every other element (`vector_candidates(cpu)`)
+            return clexpr.load_pairs(buf(t.name), at, t.dtype, W,
+                                     unaligned=self.unaligned(t.dtype))
+        aligned = self.vector_aligned(i + 1)
+        return clexpr.load(buf(t.name), at, t.dtype, W, aligned=aligned,
+                           unaligned=not aligned and self.unaligned(t.dtype))
+
+    def unaligned(self, dtype: str) -> bool:
+        """Whether a vector of dtype that may start anywhere is read or written through the
+        kernel's `clexpr.unaligned_typedef` (devices with `plain_vectors`; the typedef is
+        then declared in the prologue)."""
+        if not self.plain_vectors or dtype not in clexpr.VECTOR_ACCESS:
+            return False
+        self.typedefs[clexpr.unaligned_typedef(dtype, self.W)] = None
+        return True
 
     def local_offset(self, i: int, c: tuple[int, ...]) -> str:
         """Where staged input i's value for accumulator point c is in its local tile."""
@@ -230,8 +267,10 @@ class _Contraction:
         out = ["int grp = get_group_id(0);"]
         for k in s.group_order or self.out_idx:
             n = f.names[k]
-            out.append(f"const int o_{n} = (grp % {self.counts[k]}) * {s.tile[k]};"
-                       f" grp /= {self.counts[k]};")
+            origin = f"(grp % {self.counts[k]}) * {s.tile[k]}"
+            if s.shifted(k):  # the last tile ends at the range's end (`Schedule.shift`)
+                origin = f"min({origin}, {f.ranges[k] - s.tile[k]})"
+            out.append(f"const int o_{n} = {origin}; grp /= {self.counts[k]};")
         out.append("int thr = get_local_id(0);")
         if self.split and self.split.rank_first:
             out.append(self.split.rank_line())
@@ -534,8 +573,7 @@ class _Contraction:
         out = []
         vec_out = self.W > 1 and not self.sched.dot
         lanes = range(self.W) if vec_out else [None]
-        partial = [k for k in self.out_idx
-                   if self.counts[k] * self.sched.tile[k] > f.ranges[k]]
+        partial = [k for k in self.out_idx if self.overhangs(k)]
         for j, c in enumerate(self.points):
             env = self.point_env(c)
             conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
@@ -552,15 +590,17 @@ class _Contraction:
             inner = []
             base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
             inner.append(f"const int o = {base};")
-            # (Lanes the output holds apart, `vector_candidates(scatter)`, are stored one by one.)
+            # (Lanes the output holds apart, `vector_candidates(cpu)`, are stored one by one.)
             direct = vec_out and out_t.strides[self.v] == 1 and not k_.post_ops and \
                 not self.need_hit and \
                 k_.op.default is None and not [ci for ci, kd in enumerate(self.cons_kind)
                                                if kd == "out"]
             if direct:
                 if k_.op.output in k_.writes:
+                    aligned = self.vector_aligned(0)
                     inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
-                                              self.W, aligned=self.vector_aligned(0)))
+                                              self.W, aligned=aligned, unaligned=not aligned
+                                              and self.unaligned(self.dtype)))
             else:
                 for lane in lanes:
                     inner += self.finish(j, lane)
@@ -687,6 +727,7 @@ class _Contraction:
                 "body": self.body(inside, clean=True)},
             "pipe": self.pipe.parts(self.copies) if self.pipe else None,
         }
+        ctx["prologue"] = list(self.typedefs) + ctx["prologue"]  # known once all is written
         text = template_env().get_template("contraction.cl.j2").render(k=ctx)
         # Two flops per index point, plus each post-op once per output element.
         flops = 2 * f.points + k_.post_op_count * self.program.tensors[k_.op.output].size

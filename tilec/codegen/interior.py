@@ -14,8 +14,8 @@ Why plain loads are in bounds there: `plan.flatten` turns every access's bounds 
 constraints and keeps those the index box does not imply, so at a point of the box where every
 kept constraint holds each scalar read is inside its tensor.  The interior test therefore also
 asks that the register tile's positions lie inside their index ranges (a partial last tile
-overshoots them), and a vector read skips its clamp only when its lanes cannot overshoot the
-vector index's range (lanes aligned, the range a multiple of the width).
+overshoots them unless it moves back: `Schedule.shift`), and a vector read skips its clamp only
+when its lanes cannot overshoot the vector index's range (`lanes_fit`).
 
 CPU only: on a GPU the test differs between the threads of a warp at the border, which would
 then run both copies.
@@ -30,7 +30,7 @@ from .kernel_text import _lin
 class Interior:
     def __init__(self, c) -> None:
         self.c = c
-        f, s = c.flat, c.sched
+        f = c.flat
         blocked = constrained(f)
         # The inner loops in `loops` order; the split goes before the first free one.
         _, inner = c.loops()
@@ -45,8 +45,7 @@ class Interior:
                 if kind != "red":
                     conds[c.constraint_text(ci, env)] = None
         for k in c.out_idx:
-            if s.tile[k] * c.counts[k] > f.ranges[k] and \
-                    any(t.strides[k] for t in f.inputs):
+            if c.overhangs(k) and any(t.strides[k] for t in f.inputs):
                 for a in range(c.acc[k]):
                     conds[f"({c.pos(k, a)} < {f.ranges[k]})"] = None
         self.cond = " && ".join(conds)
@@ -66,10 +65,7 @@ class Interior:
 
     def _lanes_inside(self, t) -> bool:
         c = self.c
-        v, W = c.v, c.W
-        if W == 1 or v is None or t.strides[v] == 0:
-            return True
-        return c.lanes_aligned() and c.flat.ranges[v] % W == 0
+        return c.v is None or t.strides[c.v] == 0 or c.lanes_fit()
 
     def head(self) -> list[str]:
         """Lines at the split: the fixed (constrained) reduction indices, their range and
@@ -99,7 +95,7 @@ def steered_offset(c, i: int, point: tuple[int, ...], cond: str) -> str | None:
     blocked = constrained(f)
     if (s.staged and s.staged[i]) or not _inside_when_valid(c, t):
         return None
-    width = c.W if c.W > 1 and c.v is not None and t.strides[c.v] else 1
+    width = c.span(t)
     free = [k for k in c.red_idx if k not in blocked]
     env = c.point_env(point)
     lo = hi = 0
@@ -119,10 +115,7 @@ def steered_offset(c, i: int, point: tuple[int, ...], cond: str) -> str | None:
 def _inside_when_valid(c, t) -> bool:
     """Whether every read of t at a point where all constraints hold is inside t: the
     register tile's positions stay in their ranges and vector lanes cannot overshoot."""
-    f, s = c.flat, c.sched
     for k in c.out_idx:
-        if t.strides[k] and s.tile[k] * c.counts[k] > f.ranges[k]:
+        if t.strides[k] and c.overhangs(k):
             return False
-    v, W = c.v, c.W
-    return W == 1 or v is None or t.strides[v] == 0 or \
-        (c.lanes_aligned() and f.ranges[v] % W == 0)
+    return c.v is None or t.strides[c.v] == 0 or c.lanes_fit()

@@ -66,7 +66,7 @@ import numpy as np
 
 from .flat import FlatContraction
 from .layout import layout, merge_stats, output_order, read_plan, thread_split
-from .schedule import vector_candidates
+from .schedule import distinct_points, vector_candidates
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -262,23 +262,33 @@ def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str
     # Vectors run along the index the code generator picks (`schedule.vector_candidates`): the
     # output's unit-stride index, or a reduction index read contiguously by every input (then
     # each accumulator is a vector whose lanes are summed at the end: "dot" mode).
-    cands = vector_candidates(flat, scatter=hw.kind == "cpu")
+    cands = vector_candidates(flat, cpu=hw.kind == "cpu")
     u = cands[0] if cands and hw.vec_size > 1 else None
+    # A CPU tile the range leaves over moves back (`Schedule.shift`): its lanes need not
+    # divide the range.
+    shift = hw.kind == "cpu" and u in flat.out_indices and distinct_points(flat)
     return dict(sizes=sizes, out_bytes=out_size * es, l1=l1, l2h=hw.l2_bytes // 2,
-                u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices)
+                u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices,
+                shift=shift)
 
 
-def vector_lanes(tile_u: Any, range_u: int, v: int) -> Any:
-    """Lanes the generated code uses: the largest power of two <= v dividing tile and range."""
-    low = np.bitwise_and(tile_u, -np.asarray(tile_u))
-    return np.minimum(np.minimum(low, range_u & -range_u), v)
+def vector_lanes(tile_u: Any, range_u: int, v: int, shift: bool = False) -> Any:
+    """Lanes the generated code uses: the largest power of two <= v dividing the tile, and
+    the range too unless the tile is shorter and moves back at the end (`shift`)."""
+    tile_u = np.asarray(tile_u)
+    low = np.bitwise_and(tile_u, -tile_u)
+    capped = np.minimum(low, range_u & -range_u)
+    if shift:
+        capped = np.where(tile_u < range_u, low, capped)
+    return np.minimum(capped, v)
 
 
 def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: int,
                es: int, me: int, post_inputs: int) -> Cost:
     c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
-    v = int(vector_lanes(lay.tile[u], flat.ranges[u], vmax)) if u is not None else 1
+    v = int(vector_lanes(lay.tile[u], flat.ranges[u], vmax, c["shift"])) if u is not None \
+        else 1
     outs = lay.out_order
     acc = {k: -(-lay.tile[k] // lay.threads[k]) for k in outs}
     acc_vregs = 1
@@ -345,7 +355,7 @@ def _vector_index(flat: FlatContraction, hw: HwModel) -> int | None:
     input is contiguous (`schedule.vector_candidates` unstaged).  The schedule may choose
     otherwise and stage an input this guesses it reads through the cache; the exact
     predictions check the schedule's own staging (`predict`)."""
-    cands = vector_candidates(flat, scatter=hw.kind == "cpu") if hw.vec_size > 1 else []
+    cands = vector_candidates(flat, cpu=hw.kind == "cpu") if hw.vec_size > 1 else []
     return cands[0] if cands else None
 
 
@@ -442,7 +452,8 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
     n = T.shape[0]
-    v = vector_lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
+    v = vector_lanes(T[:, u], flat.ranges[u], vmax, c["shift"]) if u is not None \
+        else np.ones(n, np.int64)
     vecs = {j: (-(-A[:, j] // v) if kk == u else A[:, j]) for j, kk in enumerate(outs)}
     acc_vregs = np.ones(n, np.int64)
     for j in vecs:

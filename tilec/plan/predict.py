@@ -44,7 +44,7 @@ from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
 from .local_banks import PASS_BYTES, wavefronts
-from .schedule import make_schedule, vector_candidates
+from .schedule import distinct_points, make_schedule, vector_candidates
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
                "round trips")
@@ -197,15 +197,22 @@ def _read_slots(flat: FlatContraction, t) -> float:
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
     """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
     staged = hw.kind == "gpu" and hw.staging == "local"  # as `make_schedule` decides
-    cands = vector_candidates(flat, staged=staged, scatter=hw.kind == "cpu") \
+    cands = vector_candidates(flat, staged=staged, cpu=hw.kind == "cpu") \
         if hw.vec_size > 1 else []
     kv = cands[0] if cands else None
     lanes = np.ones(T.shape[0], np.int64)
     if kv is not None:
+        # A CPU tile the range leaves over moves back: its lanes need not divide the range.
+        shift = hw.kind == "cpu" and kv in flat.out_indices and distinct_points(flat)
         for w in (2, 4, 8, 16):
-            if w > hw.vec_size or flat.ranges[kv] % w:
+            if w > hw.vec_size:
                 break
-            lanes = np.where(T[:, kv] % w == 0, w, lanes)
+            fits = T[:, kv] % w == 0
+            if flat.ranges[kv] % w:
+                if not shift:
+                    break
+                fits &= T[:, kv] < flat.ranges[kv]
+            lanes = np.where(fits, w, lanes)
     return kv, lanes
 
 

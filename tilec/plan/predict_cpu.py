@@ -81,7 +81,8 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     c = cpu_consts(flat, hw, es, me)
     u, vmax, dot = c["u"], c["v"], c["dot"]
     outs = output_order(flat)
-    v = vector_lanes(T[:, u], flat.ranges[u], vmax) if u is not None else np.ones(n, np.int64)
+    v = vector_lanes(T[:, u], flat.ranges[u], vmax, c["shift"]) if u is not None \
+        else np.ones(n, np.int64)
     # The threads split as in cost.score_many (one a group on CPUs: A is the tile itself).
     if outs:
         full = np.ones_like(T)

@@ -51,6 +51,18 @@ class Schedule:
     # Output indices in the order work-group numbers walk them, fastest first (None: the flat
     # order).  CPU cores take consecutive groups: `cpu_group_order` keeps the largest panel.
     group_order: tuple[int, ...] | None = None
+    # CPU models, outputs whose points are distinct elements (`distinct_points`): the last
+    # tile along an output index the tile does not divide is moved back to end where the
+    # range ends (its first points repeat the previous tile's: the same values stored twice).
+    # Every point is then inside the ranges: no store masks, no clamped reads for a partial
+    # tile, and vectors along an index whose range they do not divide (NCHW's 55x55 images).
+    shift: bool = False
+
+    def shifted(self, k: int) -> bool:
+        """Whether output index k's last tile is moved back (`shift`)."""
+        r = self.flat.ranges[k]
+        return self.shift and k in self.flat.out_indices and r > self.tile[k] and \
+            r % self.tile[k] != 0
 
     @property
     def staged_bytes(self) -> int:
@@ -101,8 +113,28 @@ def constrained(flat: FlatContraction) -> set[int]:
     return {k for c in flat.constraints for k, v in enumerate(c.coeffs) if v}
 
 
+def distinct_points(flat: FlatContraction) -> bool:
+    """Whether distinct points of the output indices always address distinct output elements
+    (mixed-radix output strides), so that a point computed twice stores one value twice."""
+    pairs = sorted((abs(flat.output.strides[k]), flat.ranges[k]) for k in flat.out_indices)
+    span = 0
+    for st, r in pairs:
+        if st <= span:
+            return False
+        span += st * (r - 1)
+    return True
+
+
+def shift_fits(flat: FlatContraction, k: int, tile_k: int, cpu: bool) -> bool:
+    """Whether the tile along k never overshoots its range on a CPU model: it divides the
+    range, or the last tile moves back (`Schedule.shift`)."""
+    r = flat.ranges[k]
+    return r % tile_k == 0 or (cpu and k in flat.out_indices and r > tile_k and
+                               distinct_points(flat))
+
+
 def vector_candidates(flat: FlatContraction, staged: bool = False,
-                      scatter: bool = False) -> list[int]:
+                      cpu: bool = False) -> list[int]:
     """Indices that can be spread over vector lanes, best first.
 
     An index qualifies when no constraint mentions it (a lane mask per point would be needed)
@@ -111,11 +143,13 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     in local memory, laid out with the vector index innermost: `stage_input`), an input may
     have any stride along it: its copy into local memory does the gathering once, and the
     reads from local memory are vectors (a convolution's output channels, which its NHWC
-    filter holds at stride CI, become a matmul's n).  With `scatter` (CPU models), an output
-    index the output holds at another stride qualifies last: its lanes are stored one by one,
-    once an output element, while the reduction reads whole vectors (an NCHW convolution's
-    output channels, read from a filter relaid with them innermost: `plan.pack`); an index of
-    odd range, which no vector fits, is then passed over for the next."""
+    filter holds at stride CI, become a matmul's n).  On `cpu` models, an output index the
+    output holds at another stride qualifies last: its lanes are stored one by one, once an
+    output element, while the reduction reads whole vectors (an NCHW convolution's output
+    channels, read from a filter relaid with them innermost: `plan.pack`); an input may hold
+    an output index at stride 2 (a stride-2 window's columns: two vector reads and a shuffle,
+    `clexpr.load_strided`), behind every unit-stride candidate; an index of odd range, which
+    no vector fits, is passed over unless its last tile can move back (`shift_fits`)."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
@@ -124,15 +158,18 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
         strides = [t.strides[k] for t in flat.inputs]
         if staged and flat.output.strides[k] == 1 and all(s >= 0 for s in strides):
             strides = [0 if s == 0 else 1 for s in strides]
-        if any(s not in (0, 1) for s in strides) or 1 not in strides + [flat.output.strides[k]]:
-            continue
         out = flat.output.strides[k]
-        if out not in (0, 1) and not (scatter and k in flat.out_indices):
+        paired = cpu and not staged and k in flat.out_indices
+        if any(s not in ((0, 1, 2) if paired else (0, 1)) for s in strides) or \
+                1 not in strides + [out]:
             continue
-        if scatter and flat.ranges[k] % 2:
+        if out not in (0, 1) and not (cpu and k in flat.out_indices):
+            continue
+        if cpu and flat.ranges[k] % 2 and not (k in flat.out_indices and distinct_points(flat)):
             continue  # no vector fits an odd range (`_register_tile`): the CPU model looks on
         loads = sum(1 for s in strides if s == 1)
-        scored.append((0 if out == 1 else 1 if out == 0 else 2, -loads, k))
+        pairs = sum(1 for s in strides if s == 2)
+        scored.append((0 if out == 1 else 1 if out == 0 else 2, pairs, -loads, k))
     return [k for *_, k in sorted(scored)]
 
 
@@ -168,15 +205,15 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     use_local = (staging or hw.staging) == "local"
     forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
     budget = hw.threads if threads is None else threads
-    scatter = hw.kind == "cpu"
-    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True, scatter)
+    cpu = hw.kind == "cpu"
+    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True, cpu)
     if forms and run is None and vec_index is not None and any(
             t.strides[vec_index] not in (0, 1) for t in flat.inputs):
         # A gathered vector index pays (transposing copies, small register tiles) only with
         # runs beside it, the matmul form: without, the seed conv at N=1 224x224 ran 0.209 ms
         # against 0.186 with its vectors along ci.
         vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, False,
-                                                   scatter)
+                                                   cpu)
     staged = tuple(
         None if not use_local else
         stage_input(flat, tuple(tile), i, run.index, RUN) if run is not None and i == run.input
@@ -205,7 +242,8 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                              run=run, pipeline=True)
     if hw.kind == "cpu":
         sched = replace(sched, group_order=cpu_group_order(flat, tuple(tile),
-                                                           hw.l1_bytes or 32 * 1024))
+                                                           hw.l1_bytes or 32 * 1024),
+                        shift=distinct_points(flat))
     return replace(sched, rolled=True) if variant == ROLLED else sched
 
 
@@ -253,15 +291,16 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
 
 
 def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, budget: int,
-                   forms: bool, gathered: bool, scatter: bool = False):
+                   forms: bool, gathered: bool, cpu: bool = False):
     """(vector index, lanes, threads per index, runs) for a tile: the first vector candidate
     (`gathered`: one an input holds at another stride may be, `vector_candidates`) and the
     first run candidate whose thread split leaves each thread whole runs along it."""
     vec_index, lanes = None, 1
     if width > 1:
-        for k in vector_candidates(flat, staged=forms and gathered, scatter=scatter):
+        for k in vector_candidates(flat, staged=forms and gathered, cpu=cpu):
             w = _pow2_divisor(tile[k], width)
-            w = min(w, _pow2_divisor(flat.ranges[k], width))
+            if not shift_fits(flat, k, tile[k], cpu):
+                w = min(w, _pow2_divisor(flat.ranges[k], width))
             if w > 1:
                 vec_index, lanes = k, w
                 break
