@@ -6,12 +6,14 @@ inputs, outputs poisoned, with forced tiles that leave a partial tile on every o
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import tilec
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
-from tilec.plan.schedule import distinct_points
+from tilec.plan.schedule import distinct_points, make_schedule, shift_fits
 
 from ..device import needs_device
 from .test_kernels import run_case
@@ -62,11 +64,19 @@ def test_distinct_points():
 
     assert distinct_points(flat(*_pool(11, 15)))
     assert distinct_points(flat(POINTWISE, {"D": (1, 4, 5, 7), "W": (6, 4)}))
-    # Two output indices on one dimension: points overlap, a tile computed twice would not
-    # store the same values (the elements are sums over both).
-    overlap = "function (A[M, N]) -> (O) { O[i + j : M + N - 1] = +(A[i, j]); }"
-    f = flat(overlap, {"A": (5, 6)})
-    assert len(f.out_indices) < 2 or not distinct_points(f)
+    # Output indices whose strides overlap (flatten gives none from a Tile program: a table
+    # made so): distinct points share elements, so no tile may move back.
+    f = flat(*_pool(11, 15))
+    x0, x1 = (f.names.index(n) for n in ("x0", "x1"))
+    strides = list(f.output.strides)
+    strides[x0] = 2  # rows two elements apart, over columns seven long
+    out = dataclasses.replace(f.output, strides=tuple(strides))
+    f = dataclasses.replace(f, tensors=(out, *f.inputs))
+    assert not distinct_points(f)
+    assert not shift_fits(f, x1, 4, cpu=True) and shift_fits(f, x1, 7, cpu=True)
+    sched = make_schedule(f, tuple(4 if k == x1 else 1 for k in range(len(f.names))),
+                          avx2_cpu())
+    assert not sched.shift and not sched.shifted(x1)
 
 
 RUNS = {

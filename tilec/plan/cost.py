@@ -66,7 +66,7 @@ import numpy as np
 
 from .flat import FlatContraction
 from .layout import layout, merge_stats, output_order, read_plan, thread_split
-from .schedule import distinct_points, vector_candidates
+from .schedule import moves_back, vector_candidates
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -266,7 +266,7 @@ def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str
     u = cands[0] if cands and hw.vec_size > 1 else None
     # A CPU tile the range leaves over moves back (`Schedule.shift`): its lanes need not
     # divide the range.
-    shift = hw.kind == "cpu" and u in flat.out_indices and distinct_points(flat)
+    shift = u is not None and moves_back(flat, u, hw.kind == "cpu")
     return dict(sizes=sizes, out_bytes=out_size * es, l1=l1, l2h=hw.l2_bytes // 2,
                 u=u, v=max(1, hw.vec_size), dot=u is not None and u in flat.reduce_indices,
                 shift=shift)

@@ -40,11 +40,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cost import vector_lanes
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
 from .local_banks import PASS_BYTES, wavefronts
-from .schedule import distinct_points, make_schedule, vector_candidates
+from .schedule import make_schedule, moves_back, vector_candidates
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
                "round trips")
@@ -200,20 +201,10 @@ def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | Non
     cands = vector_candidates(flat, staged=staged, cpu=hw.kind == "cpu") \
         if hw.vec_size > 1 else []
     kv = cands[0] if cands else None
-    lanes = np.ones(T.shape[0], np.int64)
-    if kv is not None:
-        # A CPU tile the range leaves over moves back: its lanes need not divide the range.
-        shift = hw.kind == "cpu" and kv in flat.out_indices and distinct_points(flat)
-        for w in (2, 4, 8, 16):
-            if w > hw.vec_size:
-                break
-            fits = T[:, kv] % w == 0
-            if flat.ranges[kv] % w:
-                if not shift:
-                    break
-                fits &= T[:, kv] < flat.ranges[kv]
-            lanes = np.where(fits, w, lanes)
-    return kv, lanes
+    if kv is None:
+        return None, np.ones(T.shape[0], np.int64)
+    return kv, vector_lanes(T[:, kv], flat.ranges[kv], max(1, hw.vec_size),
+                            moves_back(flat, kv, hw.kind == "cpu")).astype(np.int64)
 
 
 def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):

@@ -125,12 +125,17 @@ def distinct_points(flat: FlatContraction) -> bool:
     return True
 
 
+def moves_back(flat: FlatContraction, k: int, cpu: bool) -> bool:
+    """Whether a partial last tile along index k moves back to end at its range's end
+    (`Schedule.shift`): CPU models, output indices of outputs with distinct points."""
+    return cpu and k in flat.out_indices and distinct_points(flat)
+
+
 def shift_fits(flat: FlatContraction, k: int, tile_k: int, cpu: bool) -> bool:
-    """Whether the tile along k never overshoots its range on a CPU model: it divides the
-    range, or the last tile moves back (`Schedule.shift`)."""
+    """Whether the tile along k never overshoots its range: it divides the range, or it is
+    shorter and the last one moves back (`moves_back`)."""
     r = flat.ranges[k]
-    return r % tile_k == 0 or (cpu and k in flat.out_indices and r > tile_k and
-                               distinct_points(flat))
+    return r % tile_k == 0 or (r > tile_k and moves_back(flat, k, cpu))
 
 
 def vector_candidates(flat: FlatContraction, staged: bool = False,
@@ -165,7 +170,7 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
             continue
         if out not in (0, 1) and not (cpu and k in flat.out_indices):
             continue
-        if cpu and flat.ranges[k] % 2 and not (k in flat.out_indices and distinct_points(flat)):
+        if cpu and flat.ranges[k] % 2 and not moves_back(flat, k, cpu):
             continue  # no vector fits an odd range (`_register_tile`): the CPU model looks on
         loads = sum(1 for s in strides if s == 1)
         pairs = sum(1 for s in strides if s == 2)

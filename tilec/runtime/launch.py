@@ -117,8 +117,7 @@ class Launcher:
         kept = {t for k in self.kernels if k.name in hoisted for t in k.writes}
         if self.memory is not None and kept & set(self.memory.slot_of):
             # What bind computes lives on between calls: out of the pool, in own buffers.
-            if self._replan is None:
-                return
+            assert self._replan is not None, "a pooled memory plan comes with its replan"
             self.memory = self._replan(kept)
             self._buffers = {k: b for k, b in self._buffers.items()
                              if not (isinstance(k, tuple) and k[0] == "pool")}
