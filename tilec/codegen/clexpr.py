@@ -172,10 +172,35 @@ def _cast(text: str, frm: str, to: str) -> str:
     return text if COMPUTE[frm] == COMPUTE[to] else f"(({COMPUTE[to]})({text}))"
 
 
+# Operations whose OpenCL form computes a float vector lane by lane exactly as it computes a
+# float (`vector_safe`).  Left out: comparisons, logic and select (vector comparisons give -1
+# for true, and a vector condition picks by its lanes' sign bits), conversions, integers.
+VECTOR_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "floor", "ceil",
+              "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "erf",
+              "sigmoid", "abs", "relu", "min", "max", "pow")
+# Of those, the builtins that take no scalar beside a vector in every argument position.
+_VECTOR_ARGS = ("min", "max", "pow")
+
+
+def vector_safe(e: ir.Expr) -> bool:
+    """Whether `expr(e, ref, width=W)` computes W lanes at once with the scalar form's result
+    in every lane: float tensors and operations (constants of any type: converted as
+    scalars), operations in VECTOR_OPS."""
+    if isinstance(e, ir.Const):
+        return True
+    if COMPUTE[e.dtype] != "float":
+        return False
+    if isinstance(e, ir.Op):
+        return e.op in VECTOR_OPS and all(vector_safe(a) for a in e.args)
+    return True
+
+
 def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None = None,
-         positional: Callable[[ir.Op, list[str]], str] | None = None) -> str:
+         positional: Callable[[ir.Op, list[str]], str] | None = None, width: int = 1) -> str:
     """Scalar OpenCL C for `e`; `ref(name)` gives the text of a tensor's value at the element,
-    `positional(op, args)` the text of an ir.EID_OPS node (only elementwise kernels have one)."""
+    `positional(op, args)` the text of an ir.EID_OPS node (only elementwise kernels have one).
+    `width` > 1: the text of a `width`-vector, for an expression `vector_safe` accepts, whose
+    `ref` gives vectors; constants beside vectors in min/max/pow become vectors."""
 
     def walk(x: ir.Expr) -> tuple[str, str]:
         if isinstance(x, ir.Const):
@@ -187,7 +212,13 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
                 raise ValueError(f"{x.op} needs the element's position")
             inner = [walk(a)[0] for a in x.args if not isinstance(a, ir.Ref)]
             return positional(x, inner), x.dtype
-        text, dt = node(x, [walk(a) for a in x.args])
+        args = [walk(a) for a in x.args]
+        if width > 1 and x.op in _VECTOR_ARGS:
+            vec = f"{COMPUTE[x.dtype]}{width}"
+            args = [(t, dt) if ir.expr_refs(a) else
+                    (f"(({vec})({_cast(t, dt, x.dtype)}))", x.dtype)
+                    for (t, dt), a in zip(args, x.args, strict=True)]
+        text, dt = node(x, args)
         return narrow(text, dt), dt
 
     def node(x: ir.Op, args: list[tuple[str, str]]) -> tuple[str, str]:

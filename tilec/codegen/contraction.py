@@ -16,7 +16,7 @@ from ..plan.fuse import ContractionKernel
 from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained
-from . import clexpr
+from . import clexpr, vector_finish
 from .address import kernel_args
 from .copy import vector_copy
 from .interior import Interior, steered_offset
@@ -591,11 +591,12 @@ class _Contraction:
             base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
             inner.append(f"const int o = {base};")
             # (Lanes the output holds apart, `vector_candidates(cpu)`, are stored one by one.)
-            direct = vec_out and out_t.strides[self.v] == 1 and not k_.post_ops and \
-                not self.need_hit and \
-                k_.op.default is None and not [ci for ci, kd in enumerate(self.cons_kind)
-                                               if kd == "out"]
-            if direct:
+            whole = vec_out and not self.need_hit and k_.op.default is None and \
+                not [ci for ci, kd in enumerate(self.cons_kind) if kd == "out"]
+            direct = whole and out_t.strides[self.v] == 1 and not k_.post_ops
+            if whole and k_.post_ops and vector_finish.applies(self):
+                inner += vector_finish.finish(self, j)
+            elif direct:
                 if k_.op.output in k_.writes:
                     aligned = self.vector_aligned(0)
                     inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
@@ -652,27 +653,33 @@ class _Contraction:
         lines.append("}")
         return lines
 
-    def at_output(self, name: str, j: int, lane: int | None) -> tuple[str, str]:
+    def at_output(self, name: str, j: int, lane: int | None, elem: str = "oe") -> tuple[str, str]:
         """(buffer, offset) of tensor `name`, numpy-broadcast to the output, at accumulator
-        point j's output element (lane `lane` of its vector)."""
-        f, k_ = self.flat, self.kernel
-        t = self.program.tensors[name]
-        out_shape = self.program.tensors[k_.op.output].shape
+        point j's output element (lane `lane` of its vector), whose output offset the kernel
+        has in variable `elem`."""
+        f = self.flat
         s = self.placed.get(name)
-        # The same for every point and lane of the tile: computed once a tensor (a model's
-        # epilogues ask thousands of times).
-        cache = self.__dict__.setdefault("_at_output", {})
-        if name not in cache:
-            cache[name] = operand_strides(k_.op.out_idx, f, t.shape, out_shape,
-                                          None if s is None else s.strides)
-        strides, off = cache[name]
+        strides, off = self.operand(name)
         if s is None and strides == f.output.strides and off == f.output.offset:
-            return name, "oe"  # laid out as the output: the output's offset
+            return name, elem  # laid out as the output: the output's offset
         env = self.point_env(self.points[j])
         terms = [(st, env[k]) for k, st in enumerate(strides)]
         if lane is not None and strides[self.v]:
             off += lane * strides[self.v]
         return (name, _lin(terms, off)) if s is None else (s.root, _lin(terms, off + s.offset))
+
+    def operand(self, name: str) -> tuple[tuple[int, ...], int]:
+        """(strides along the flat indices, offset) of tensor `name` broadcast to the output,
+        in its own buffer or where it is placed.  The same for every point and lane of the
+        tile: computed once a tensor (a model's epilogues ask thousands of times)."""
+        cache = self.__dict__.setdefault("_operand", {})
+        if name not in cache:
+            k_ = self.kernel
+            s = self.placed.get(name)
+            cache[name] = operand_strides(
+                k_.op.out_idx, self.flat, self.program.tensors[name].shape,
+                self.program.tensors[k_.op.output].shape, None if s is None else s.strides)
+        return cache[name]
 
     def render(self) -> KernelSource:
         f, s, k_ = self.flat, self.sched, self.kernel

@@ -283,6 +283,29 @@ def vector_lanes(tile_u: Any, range_u: int, v: int, shift: bool = False) -> Any:
     return np.minimum(capped, v)
 
 
+def vector_reads(t, u: int | None) -> int:
+    """Vector reads per vector of input t's lanes along vector index u on CPUs: 1 for a
+    unit stride, 2 for stride 2 (two reads and a shuffle: `clexpr.load_pairs`), 0 where
+    each lane is read on its own (or the value is broadcast)."""
+    if u is None:
+        return 0
+    return {1: 1, 2: 2}.get(abs(t.strides[u]), 0)
+
+
+def live_vregs(acc_vregs: Any, ops: list[Any]) -> Any:
+    """Vector registers a reduction step holds: the accumulators, every input's values but
+    the largest set's, which is streamed through one register (each of its values meets
+    the others' in its multiply-adds, then dies), as BLAS register tiles count them (6x16 on
+    16 AVX2 registers: 12 accumulators, 2 B vectors, 1 broadcast A value)."""
+    if not ops:
+        return acc_vregs + 1
+    total = sum(ops[1:], ops[0])
+    biggest = ops[0]
+    for o in ops[1:]:
+        biggest = np.maximum(biggest, o)
+    return acc_vregs + total - biggest + 1
+
+
 def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: int,
                es: int, me: int, post_inputs: int) -> Cost:
     c = cpu_consts(flat, hw, es, me)
@@ -294,17 +317,18 @@ def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points:
     acc_vregs = 1
     for k in outs:
         acc_vregs *= -(-acc[k] // v) if k == u else acc[k]
-    ops = []
+    ops, loads = [], 0
     for t in flat.inputs:
         n = 1
+        reads = vector_reads(t, u)
         for k in outs:
             s = t.strides[k]
             if s == 0:
                 continue
-            n *= (-(-acc[k] // v) if abs(s) == 1 else acc[k]) if k == u else acc[k]
+            n *= (-(-acc[k] // v) if reads else acc[k]) if k == u else acc[k]
         ops.append(n)
-    loads = sum(ops)
-    vregs = acc_vregs + loads + 1
+        loads += n * max(1, reads)
+    vregs = int(live_vregs(acc_vregs, ops))
     streams = 0
     for t in flat.inputs:
         live = [k for k in outs if t.strides[k] != 0]
@@ -458,16 +482,17 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     acc_vregs = np.ones(n, np.int64)
     for j in vecs:
         acc_vregs = acc_vregs * vecs[j]
-    ops = []
+    ops, nld = [], np.zeros(n, np.int64)
     for t in flat.inputs:
         o = np.ones(n, np.int64)
+        reads = vector_reads(t, u)
         for j, kk in enumerate(outs):
             s = t.strides[kk]
             if s != 0:
-                o = o * (vecs[j] if (kk == u and abs(s) == 1) else A[:, j])
+                o = o * (vecs[j] if (kk == u and reads) else A[:, j])
         ops.append(o)
-    nld = sum(ops, np.zeros(n, np.int64))
-    vregs = acc_vregs + nld + 1
+        nld = nld + o * max(1, reads)
+    vregs = live_vregs(acc_vregs, ops)
     streams = sum((input_streams(flat, t, outs, A) for t in flat.inputs),
                   np.zeros(n, np.int64))
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices else 1

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import cpu_consts, input_streams, vector_lanes
+from .cost import cpu_consts, input_streams, vector_lanes, vector_reads
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
@@ -103,12 +103,12 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     streams = np.zeros(n)
     for t in flat.inputs:
         o = np.ones(n, np.int64)
-        vector = u is not None and abs(t.strides[u]) == 1
+        reads = vector_reads(t, u)
         for j, k in enumerate(outs):
             if t.strides[k] != 0:
-                o = o * (vecs[j] if (k == u and vector) else A[:, j])
-        nld += o * np.where(vector, width, 1.0)
-        load_bytes += o * np.where(vector, v * es, es)
+                o = o * (vecs[j] if (k == u and reads) else A[:, j])
+        nld += o * (reads * width if reads else 1.0)
+        load_bytes += o * (reads * v * es if reads else es)
         streams += input_streams(flat, t, outs, A)
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices \
         else np.ones(n, np.int64)
