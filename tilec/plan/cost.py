@@ -58,6 +58,7 @@ the cache model for CPUs) with their shared byte counts; the golden test pins th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -297,13 +298,8 @@ def live_vregs(acc_vregs: Any, ops: list[Any]) -> Any:
     the largest set's, which is streamed through one register (each of its values meets
     the others' in its multiply-adds, then dies), as BLAS register tiles count them (6x16 on
     16 AVX2 registers: 12 accumulators, 2 B vectors, 1 broadcast A value)."""
-    if not ops:
-        return acc_vregs + 1
-    total = sum(ops[1:], ops[0])
-    biggest = ops[0]
-    for o in ops[1:]:
-        biggest = np.maximum(biggest, o)
-    return acc_vregs + total - biggest + 1
+    kept = sum(ops) - functools.reduce(np.maximum, ops) if ops else 0
+    return acc_vregs + kept + 1
 
 
 def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: int,
