@@ -74,6 +74,14 @@ CASES = {
              O[n, x, y, f : N, X, Y, F] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]);
              R = relu(O + B); }""",
         {"I": (1, 8, 8, 8), "K": (3, 3, 8, 16), "B": (16,)}),
+    # NCHW with the filter's output channels last (as the CPU relayout leaves it): the
+    # channels are the vector lanes and the padded input is one element every lane shares.
+    "conv_nchw_pad_bias_relu": (
+        """function (I[N, CI, H, W], F[CI, KH, KW, CO], B[CO, U, V]) -> (R) {
+             O[n, co, x0, x1 : N, CO, H, W] =
+                 +(I[n, ci, x0 + k0 - 1, x1 + k1 - 1] * F[ci, k0, k1, co]);
+             R = relu(O + B); }""",
+        {"I": (1, 16, 9, 11), "F": (16, 3, 3, 24), "B": (24, 1, 1)}),
     "elementwise_chain": (
         """function (A[M, N], B[M, N]) -> (Z) {
              X = tanh(A) * sigmoid(B); Y = max(X, abs(A) - 0.5) + sqrt(abs(B));

@@ -172,11 +172,13 @@ class _Contraction:
         return clexpr.clamp(name, "0", str(t.size - width))
 
     def input_value(self, i: int, c: tuple[int, ...], decls: list[str] | None = None,
-                    name: str = "g", clamp: bool = True, at: str | None = None) -> str:
+                    name: str = "g", clamp: bool = True, at: str | None = None,
+                    element: bool = False) -> str:
         """Text of input i at accumulator point c (vector of W lanes where vectorised); an
         offset that needs clamping is declared first, as `name`, in `decls` (`guarded`);
         `clamp=False` where the read is known to be in bounds (`Interior`); `at`: an
-        offset in bounds by construction (`steered_offset`)."""
+        offset in bounds by construction (`steered_offset`); `element`: an input the lanes
+        share as its one element, not broadcast to W lanes."""
         t = self.flat.inputs[i]
         st = self.sched.staged[i] if self.sched.staged else None
         env = self.point_env(c)
@@ -188,7 +190,7 @@ class _Contraction:
             step = st.local_strides[v] if v is not None else 0
             if W == 1 or v is None or t.strides[v] == 0:
                 val = f"{name}[{off}]"
-                return val if W == 1 else f"(({ctype}{W})({val}))"
+                return val if W == 1 or element else f"(({ctype}{W})({val}))"
             if step == 1:
                 if st.local_base % W == 0 and all(
                         ls % W == 0 for k, ls in enumerate(st.local_strides) if k != v):
@@ -206,7 +208,7 @@ class _Contraction:
         if W == 1 or v is None or t.strides[v] == 0:
             at = self.guarded(i + 1, off, 1, decls, name) if clamp else off
             val = clexpr.load(buf(t.name), at, t.dtype)
-            return val if W == 1 else f"(({ctype}{W})({val}))"
+            return val if W == 1 or element else f"(({ctype}{W})({val}))"
         at = self.guarded(i + 1, off, self.span(t), decls, name) if clamp else off
         if t.strides[v] == 2:  # every other element (`vector_candidates(cpu)`)
             return clexpr.load_pairs(buf(t.name), at, t.dtype, W,
@@ -481,16 +483,29 @@ class _Contraction:
                             if steered is not None:
                                 out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
                                 guards = [f"m{var[1:]}"]
+                        # An input the lanes share is masked as its one element and then
+                        # broadcast: a lane mask of it would be a loop-invariant vector that
+                        # holds a register through the whole reduction loop (on 16 AVX2
+                        # registers, one accumulator then lives on the stack).
+                        shared = bool(guards) and self.W > 1 and self.span(t) == 1
                         value = self.input_value(i, c, out, f"g{var[1:]}",
                                                  clamp=not (clean and i in inside.plain),
-                                                 at=steered)
+                                                 at=steered, element=shared)
+                    else:
+                        shared = False
                     if guards:
                         # A lane mask keeps the load unconditional (its address is clamped in
                         # bounds) where a scalar `c ? load : 0` would become a branch.  `?:`
                         # on a vector condition is select() (OpenCL C 6.3), written as an
                         # operator: select() is a library call on some drivers (`vector_access`).
                         cond = " && ".join(guards)
-                        if self.W > 1:
+                        if shared:
+                            # The element is read first, so that the select picks between
+                            # two values (a read inside `?:` could become a branch).
+                            ctype = clexpr.COMPUTE[t.dtype]
+                            out.append(f"const {ctype} e{var[1:]} = {value};")
+                            value = f"(({ty})(({cond}) ? e{var[1:]} : ({ctype})(0)))"
+                        elif self.W > 1:
                             itype = _vec("int", self.W)
                             value = f"(({itype})(-(int)({cond})) ? {value} : ({ty})(0))"
                         else:
