@@ -194,3 +194,47 @@ def test_activations_and_gpu_products_are_not_relaid():
             assert not _relaid(out), side
     program = check_program(NCHW_CONV, {"D": (1, 32, 14, 14), "W": (32, 32, 3, 3)})
     assert packed(program, HwModel.load("nvidia-h100"), CONFIG) is program
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_filters_larger_than_l2_are_relaid_in_panels(timed):
+    """A filter larger than L2 is copied in panels of the tile's channels (`_in_panels`):
+    each work-item's panel is one block, and the groups that read it run one after another
+    (the pixels vary fastest), where the channels-last copy's column is lines a row apart."""
+    from dataclasses import replace
+
+    hw = replace(CPU, l2_bytes=64 * 1024)
+    hw = hw if timed else _no_time_model(hw)
+    program, out = _same_outputs(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)}, hw)
+    assert not _relaid(out)
+    (copy,) = _packs(out)
+    assert copy.inputs[0].tensor == "W"
+    nr = out.tensors[copy.output].shape[-1]
+    assert out.tensors[copy.output].shape == (64 // nr, 64, 3, 3, nr) and 1 < nr < 64
+    product = [op for op in out.ops if op.output == "O"][0]
+    kernel = [k for k in plan_kernels(out).kernels if k.op.output == "O"][0]
+    flat = kernel.flat
+    tile = search(flat, hw).tile
+    sched = make_schedule(flat, tile, hw)
+    assert copy.output in [x.tensor for x in product.inputs]
+    assert flat.names[sched.vec_index] == "coi"
+    order = [flat.names[k] for k in cpu_group_order(flat, tuple(tile), hw.l1_bytes)]
+    assert order[:2] == ["x", "y"] and order[-1] == "coo", order
+    # Under L2 the same filter is copied with the channels last, whole.
+    _, plain = _same_outputs(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)}, CPU)
+    assert _relaid(plain) and not _packs(plain)
+
+
+def test_filter_panels_run_against_numpy():
+    """The device runs a convolution reading its 4.7 MB filter in panels (larger than any
+    x86 core's L2) and matches numpy, outputs poisoned first; padding and post-ops too."""
+    from ..codegen.test_kernels import run_case
+
+    src = """function (D[N, CI, X, Y], W[CO, CI, I, J], B[CO, U, V]) -> (R) {
+      O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x+i-1, y+j-1] * W[co, ci, i, j]);
+      R = relu(O + B);
+    }"""
+    exe = run_case(src, {"D": (1, 256, 3, 5), "W": (512, 256, 3, 3), "B": (512, 1, 1)},
+                   seed=5)
+    names = [k.name for k in exe.kernels]
+    assert any("W_panels" in n for n in names), names
