@@ -471,6 +471,13 @@ class _Contraction:
                         value = f"(({ty})({value}))" if self.W > 1 else value
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
+                    # On a CPU, an input the lanes share is masked as its one element and then
+                    # broadcast: a lane mask of it would be a loop-invariant vector that holds
+                    # a register through the whole reduction loop (on 16 AVX2 registers, one
+                    # accumulator then lives on the stack).  Not on GPUs: there the NHWC 3x3
+                    # convolution at N=32 ran 2.2x slower on an H200.
+                    shared = (bool(guards) and self.W > 1 and self.span(t) == 1
+                              and self.interior_split and (run is None or i != run.input))
                     if run is None or i != run.input:
                         # A masked read on a CPU steers its address instead of clamping it
                         # (`steered_offset`); its mask is computed once, as m<read>.  Only
@@ -483,18 +490,9 @@ class _Contraction:
                             if steered is not None:
                                 out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
                                 guards = [f"m{var[1:]}"]
-                        # On a CPU, an input the lanes share is masked as its one element and
-                        # then broadcast: a lane mask of it would be a loop-invariant vector
-                        # that holds a register through the whole reduction loop (on 16 AVX2
-                        # registers, one accumulator then lives on the stack).  Not on GPUs:
-                        # there the NHWC 3x3 convolution at N=32 ran 2.2x slower on an H200.
-                        shared = (bool(guards) and self.W > 1 and self.span(t) == 1
-                                  and self.interior_split)
                         value = self.input_value(i, c, out, f"g{var[1:]}",
                                                  clamp=not (clean and i in inside.plain),
                                                  at=steered, element=shared)
-                    else:
-                        shared = False
                     if guards:
                         # A lane mask keeps the load unconditional (its address is clamped in
                         # bounds) where a scalar `c ? load : 0` would become a branch.  `?:`

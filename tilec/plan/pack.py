@@ -138,10 +138,8 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
     # CPU code vectorises the output's unit-stride index (or a reduction): only an operand
     # that reads it plainly and is larger than L2 can be packed.  Checked before the search,
     # which a model's convolutions (their weights do not read it) would otherwise each pay.
-    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
     last = ir.Poly.index(out_plain[-1])
-    if not any(last in x.idx and tensors[x.tensor].size * hw.elem_size(
-            tensors[x.tensor].dtype) > l2 for x in op.inputs):
+    if not any(last in x.idx and _over_l2(tensors[x.tensor], hw) for x in op.inputs):
         return None
     flat = flatten(op, tensors, source=program.source)
     if flat.fused or flat.constraints:
@@ -160,7 +158,7 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
         if len(axes) != 1 or x.idx[axes[0]] != ir.Poly.index(u):
             continue
         t = tensors[x.tensor]
-        if t.shape[axes[0]] != n or t.size * hw.elem_size(t.dtype) <= l2:
+        if t.shape[axes[0]] != n or not _over_l2(t, hw):
             continue
         rereads = 1
         for k in flat.out_indices:
@@ -169,6 +167,11 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
         if rereads >= MIN_REREADS:
             return Packing(j, axes[0], u, nr)
     return None
+
+
+def _over_l2(t: ir.Tensor, hw: HwModel) -> bool:
+    """Whether tensor t is larger than a core's L2 (one that fits stays there in any layout)."""
+    return t.size * hw.elem_size(t.dtype) > (hw.l2_bytes or DEFAULT_L2_BYTES)
 
 
 def _packed_shape(shape: tuple[int, ...], p: Packing) -> tuple[int, ...]:
@@ -325,8 +328,7 @@ def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Te
     PoCL: 3.7 -> 1.8 ms."""
     nr = tile[flat.names.index(r.index)]
     n = t.shape[r.axis]
-    if t.size * hw.elem_size(t.dtype) <= (hw.l2_bytes or DEFAULT_L2_BYTES) or \
-            not 1 < nr < n or n % nr:
+    if not _over_l2(t, hw) or not 1 < nr < n or n % nr:
         return r
     return Packing(r.operand, r.axis, r.index, nr)
 
