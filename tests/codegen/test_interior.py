@@ -20,6 +20,17 @@ NHWC = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
 NCHW_STRIDED = """function (D[N, CI, X, Y], W[CO, CI, I, J]) -> (O) {
   O[n, co, x, y : N, CO, 5, 4] = +(D[n, ci, 2*x+i-1, 2*y+j-2] * W[co, ci, i, j]);
 }"""
+# Padded pooling windows: every reduction index constrained, the window's columns (an output
+# index a constraint mentions) as the vector lanes on CPUs.
+MAX_POOL = """function (X[N, C, H, W]) -> (P) {
+  P[n, c, x0, x1 : N, C, 8, 16] = >(X[n, c, 2*x0 + k0 - 1, 2*x1 + k1 - 1]), k0 < 3, k1 < 3;
+}"""
+SUM_POOL = """function (X[N, C, H, W]) -> (P) {
+  P[n, c, x0, x1 : N, C, H, W] = +(X[n, c, x0 + k0 - 1, x1 + k1 - 1]), k0 < 3, k1 < 3;
+}"""
+MIN_POOL = """function (X[C, W]) -> (P) {
+  P[c, x : C, 20] = <(X[c, x + k - 2]), k < 5;
+}"""
 # Padding on the left only, a 1-D window over rows of channels.
 LEFT_PADDED = """function (D[X, CI], W[I, CI, CO]) -> (O) {
   O[x, co : X, CO] = +(D[x + i - 2, ci] * W[i, ci, co]);
@@ -61,7 +72,27 @@ RUNS = {
     "nchw_strided": (NCHW_STRIDED, {"D": (1, 3, 10, 9), "W": (4, 3, 3, 4)},
                      {"y": 4, "co": 2}),
     "left_padded": (LEFT_PADDED, {"D": (10, 24), "W": (3, 24, 16)}, {"x": 4, "co": 8, "ci": 8}),
+    # Lanes along the padded columns: whole-row tiles, tiles that move back (12 of 16), a
+    # ragged window (k1 in tiles of 2), and odd widths the lanes overshoot.
+    "max_pool_rows": (MAX_POOL, {"X": (1, 3, 16, 32)}, {"x0": 2, "x1": 16, "k0": 3, "k1": 3}),
+    "max_pool_moved": (MAX_POOL, {"X": (1, 3, 16, 32)}, {"x0": 3, "x1": 12, "k1": 2}),
+    "sum_pool_odd": (SUM_POOL, {"X": (1, 2, 7, 13)}, {"x0": 2, "x1": 8, "k0": 3, "k1": 3}),
+    "min_pool_1d": (MIN_POOL, {"X": (3, 20)}, {"x": 8, "k": 5}),
 }
+
+
+def test_padded_pooling_runs_vectors_along_its_columns():
+    """The interior updates whole vectors of the window's columns with no test inside; the
+    edge tests each point's lanes at once and walks them one by one only where some fail."""
+    text, = contraction_texts(MAX_POOL, {"X": (1, 8, 16, 32)}, avx2_cpu())
+    assert "vector: 8 lanes along x1" in text, text
+    interior = text.split("/* Interior")[1].split("/* Edge")[0]
+    edge = text.split("/* Edge")[1]
+    assert "if (" not in interior and "fmax" not in interior and ".even" in interior
+    assert "for (int l = 0; l < 8; l += 1) if (" in edge
+    # GPU models: no vectors along a constrained index.
+    gpu, = contraction_texts(MAX_POOL, {"X": (1, 8, 16, 32)}, HwModel.load("nvidia-h100"))
+    assert "lanes along x1" not in gpu and "for (int l" not in gpu
 
 
 @needs_device

@@ -32,36 +32,43 @@ class Interior:
         self.c = c
         f = c.flat
         blocked = constrained(f)
-        # The inner loops in `loops` order; the split goes before the first free one.
+        # The inner loops in `loops` order; the split goes before the first free one, or
+        # inside the innermost loop where every reduction index is constrained (a padded
+        # pooling window, a depthwise convolution): the test then runs once a window point
+        # for the whole register tile.
         _, inner = c.loops()
-        self.at = next(n for n, lp in enumerate(inner) if lp["index"] not in blocked)
+        self.at = next((n for n, lp in enumerate(inner) if lp["index"] not in blocked),
+                       len(inner))
         self.fixed = [k for k in c.red_idx if k in blocked]
         # Inputs whose reads stay inside their tensors in the interior without a clamp.
         self.plain = {i for i, t in enumerate(f.inputs) if self._lanes_inside(t)}
+        # A linear constraint is tightest at a corner of the register tile: a point's
+        # position grows with its accumulator number along every output index, so one test a
+        # constraint (at the point with the last accumulator where the coefficient is
+        # positive, the first where it is negative) covers every point.
         conds: dict[str, None] = {}
-        for point in c.points:
-            env = c.point_env(point)
-            for ci, kind in enumerate(c.cons_kind):
-                if kind != "red":
-                    conds[c.constraint_text(ci, env)] = None
+        for ci, kind in enumerate(c.cons_kind):
+            if kind != "red":
+                coeffs = f.constraints[ci].coeffs
+                corner = tuple(c.acc[k] - 1 if coeffs[k] > 0 else 0 for k in c.out_idx)
+                env = c.point_env(corner)
+                if c.v in c.out_idx and c.W > 1 and coeffs[c.v] > 0:  # its last lane
+                    env[c.v] = f"({env[c.v]} + {c.W - 1})"
+                conds[c.constraint_text(ci, env)] = None
         for k in c.out_idx:
             if c.overhangs(k) and any(t.strides[k] for t in f.inputs):
-                for a in range(c.acc[k]):
-                    conds[f"({c.pos(k, a)} < {f.ranges[k]})"] = None
+                conds[f"({c.pos(k, c.acc[k] - 1)} < {f.ranges[k]})"] = None
         self.cond = " && ".join(conds)
 
     @staticmethod
     def applies(c) -> bool:
         """A CPU contraction (`c.interior_split`) read through the cache whose constraints
-        mention output or mixed indices, with at least one free reduction loop to run clean."""
-        f, s = c.flat, c.sched
+        mention output or mixed indices."""
+        s = c.sched
         if not c.interior_split or c.pipe or c.split or s.run is not None or \
                 (s.staged and any(s.staged)):
             return False
-        if not any(kind != "red" for kind in c.cons_kind):
-            return False
-        blocked = constrained(f)
-        return any(k not in blocked for k in c.red_idx)
+        return any(kind != "red" for kind in c.cons_kind)
 
     def _lanes_inside(self, t) -> bool:
         c = self.c

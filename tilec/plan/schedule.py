@@ -154,11 +154,20 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     channels, read from a filter relaid with them innermost: `plan.pack`); an input may hold
     an output index at stride 2 (a stride-2 window's columns: two vector reads and a shuffle,
     `clexpr.load_strided`), behind every unit-stride candidate; an index of odd range, which
-    no vector fits, is passed over unless its last tile can move back (`shift_fits`)."""
+    no vector fits, is passed over unless its last tile can move back (`shift_fits`); an
+    output index a constraint mentions comes after every free one (CPU models, one-input
+    reductions such as pooling)."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
-        if k in blocked:
+        # A constrained output index (a padded pooling window's columns) only on CPUs, for
+        # one-input reductions, last: the kernel's interior runs whole vectors and its edge
+        # each lane on its own (`codegen.contraction.lane_body`).  Not where outputs may stay
+        # unwritten (hit flags are one a point, not a lane), nor for products: the cost model
+        # does not price the edge, and a padded NCHW convolution's pixels as lanes would
+        # then displace its channels, whose filter copy (`plan.pack`) runs without one.
+        if k in blocked and not (cpu and not staged and k in flat.out_indices
+                                 and flat.output_covered and len(flat.inputs) == 1):
             continue
         strides = [t.strides[k] for t in flat.inputs]
         if staged and flat.output.strides[k] == 1 and all(s >= 0 for s in strides):
@@ -174,7 +183,8 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
             continue  # no vector fits an odd range (`_register_tile`): the CPU model looks on
         loads = sum(1 for s in strides if s == 1)
         pairs = sum(1 for s in strides if s == 2)
-        scored.append((0 if out == 1 else 1 if out == 0 else 2, pairs, -loads, k))
+        scored.append((k in blocked, 0 if out == 1 else 1 if out == 0 else 2, pairs, -loads,
+                       k))
     return [k for *_, k in sorted(scored)]
 
 
