@@ -1,4 +1,4 @@
-"""The order of a step's loads and updates (`_Contraction.order_body`): on CPU models the input
+"""The order of a step's loads and updates (`codegen.stream.streamed`): on CPU models the input
 with the most distinct loads is streamed, each of its loads followed by the updates it
 completes; GPU models write every load first.  Texts are checked device-free; every CPU kernel
 case runs against the numpy reference in test_kernels with this order."""

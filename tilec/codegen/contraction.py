@@ -19,7 +19,7 @@ from ..plan.schedule import Schedule, constrained
 from . import clexpr, vector_finish
 from .address import kernel_args
 from .copy import vector_copy
-from .interior import Interior, steered_offset
+from .interior import Interior, lane_edge, steered_offset
 from .kernel_text import (
     LANES,
     KernelArg,
@@ -34,6 +34,7 @@ from .kernel_text import (
 )
 from .pipeline import Pipeline, copy_plan, half, run_point
 from .split import Split, agg_pair
+from .stream import streamed
 
 __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
            "contraction_source", "plain_vector_access", "prod", "template_env"]
@@ -56,7 +57,7 @@ class _Contraction:
         # element is one point (convolutions): ConvTranspose-like maps (an init kernel and a
         # defracted product) read NaN from poisoned memory with them on some tiles.
         self.interior_split = interior_split and kernel.out_map == "bijective"
-        # CPU models: loads interleaved with the updates that use them (`order_body`).
+        # CPU models: loads interleaved with the updates that use them (`stream.streamed`).
         self.interleave = interior_split
         self.sched = sched
         self.flat: FlatContraction = sched.flat
@@ -449,7 +450,7 @@ class _Contraction:
             if kind == "red" and not fixed:
                 out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
         if not clean and self.W > 1 and self.v in constrained(f):
-            return out + self.lane_body()
+            return out + lane_edge(self)
         # A padding constraint of a sum of products can zero the operand it guards instead of
         # guarding every update: one select per load, and branch-free FMAs.
         mixed = [] if clean else [ci for ci, kind in enumerate(self.cons_kind)
@@ -534,81 +535,10 @@ class _Contraction:
                 updates.append((keys, f"if ({' && '.join(conds)}) {{ {update}{hit} }}"))
             else:
                 updates.append((keys, update + hit))
-        return out + self.order_body(groups, updates)
-
-    def order_body(self, groups: list[tuple[tuple[int, tuple], list[str]]],
-                   updates: list[tuple[list[tuple[int, tuple]], str]]) -> list[str]:
-        """The loads and updates of one step in the order they are written.  On CPU models
-        the input with the most distinct loads (a convolution's broadcast pixels) is streamed:
-        the other inputs' loads come first, then each streamed load is followed at once by the
-        updates it completes, so one streamed value is live at a time.  PoCL's LLVM keeps the
-        written order: with every load first, a 14-pixel x 32-channel tile held 14 broadcasts
-        and 28 accumulators in 32 registers and kept 14 accumulators on the stack (the
-        interleaved text ran 1.4x faster single-threaded on Zen 4).  GPU models keep every
-        load first: their compilers schedule for latency themselves."""
-        if not self.interleave or not groups:
-            return [line for _, lines in groups for line in lines] + [u for _, u in updates]
-        f = self.flat
-        count = {i: sum(1 for (j, _), _ in groups if j == i) for i in range(len(f.inputs))}
-        # Most distinct loads; on a tie the one read as a broadcast (its value is one element).
-        stream = max(count, key=lambda i: (count[i], self.span(f.inputs[i]) == 1, i))
-        body = [line for (i, _), lines in groups if i != stream for line in lines]
-        loaded = {key for key, _ in groups if key[0] != stream}
-        done = [False] * len(updates)
-        for key, lines in groups:
-            if key[0] != stream:
-                continue
-            body += lines
-            loaded.add(key)
-            for n, (keys, text) in enumerate(updates):
-                if not done[n] and all(k in loaded for k in keys):
-                    body.append(text)
-                    done[n] = True
-        return body + [text for n, (_, text) in enumerate(updates) if not done[n]]
-
-    def lane_body(self) -> list[str]:
-        """The body where a constraint mentions the vector index (a padded window's columns,
-        `vector_candidates`): a point whose every lane meets the constraints is updated as a
-        vector, one that does not walks its lanes one by one through a private copy of its
-        accumulator, each read and updated under its constraints.  Reads are in bounds where
-        the constraints hold at a position inside the index box (`plan.flatten`), so
-        positions past an index's range (a partial last tile, overshooting lanes) are tested
-        too.  The interior (`Interior`, whose test covers the whole tile) has no tests."""
-        f = self.flat
-        cons = [ci for ci, kind in enumerate(self.cons_kind) if kind != "red"]
-        over = [k for k in self.out_idx if self.overhangs(k)]
-        if self.v not in over and not self.lanes_fit():
-            over.append(self.v)
-        width, out = self.W, []
-        for j, c in enumerate(self.points):
-            env = self.point_env(c)
-            first, last = env[self.v], f"({env[self.v]} + {width - 1})"
-            whole = []
-            for ci in cons:
-                coeff = f.constraints[ci].coeffs[self.v]
-                whole.append(self.constraint_text(ci, {**env, self.v: last if coeff > 0
-                                                       else first}))
-            whole += [f"({last if k == self.v else env[k]} < {f.ranges[k]})" for k in over]
-            vector = self.update(f"a_{j}", [self.input_value(i, c, clamp=False)
-                                            for i in range(len(f.inputs))])
-            self.W = 1  # scalar updates of one lane (`update`)
-            try:
-                env[self.v] = f"({first} + l)"
-                vals = [clexpr.load(buf(t.name), _lin(
-                    [(t.strides[k], env[k]) for k in range(len(self.names))], t.offset),
-                    t.dtype) for t in f.inputs]
-                conds = [self.constraint_text(ci, env) for ci in cons]
-                conds += [f"({env[k]} < {f.ranges[k]})" for k in over]
-                lane = self.update("e[l]", vals)
-            finally:
-                self.W = width
-            out += [f"if ({' && '.join(whole)}) {{ {vector} }} else {{",
-                    f"    {_vec(self.ctype, width)} lv = a_{j}; {self.ctype}* e = "
-                    f"({self.ctype}*)&lv;",
-                    f"    for (int l = 0; l < {width}; l += 1) if ({' && '.join(conds)}) "
-                    f"{{ {lane} }}",
-                    f"    a_{j} = lv;", "}"]
-        return out
+        if not self.interleave:  # GPU models: every load first
+            return out + [x for _, lines in groups for x in lines] + [u for _, u in updates]
+        spans = [self.span(t) for t in f.inputs]
+        return out + streamed(groups, updates, spans)
 
     def masked_loads(self, mixed: list[int]) -> dict[int, tuple[int, ...]]:
         """Constraints to apply by zeroing an input's loaded value (input -> constraints).

@@ -24,7 +24,8 @@ then run both copies.
 from __future__ import annotations
 
 from ..plan.schedule import constrained
-from .kernel_text import _lin
+from . import clexpr
+from .kernel_text import _lin, _vec, buf
 
 
 class Interior:
@@ -126,3 +127,46 @@ def _inside_when_valid(c, t) -> bool:
         if t.strides[k] and c.overhangs(k):
             return False
     return c.v is None or t.strides[c.v] == 0 or c.lanes_fit()
+
+
+def lane_edge(c) -> list[str]:
+    """The edge body of contraction c (`_Contraction`) where a constraint mentions the
+    vector index (a padded pooling window's columns, `vector_candidates`): a point whose every
+    lane meets the constraints is updated as a vector; one that does not walks its lanes one
+    by one through a private copy of its accumulator, each read and updated under its
+    constraints.  Reads are in bounds where the constraints hold at a position inside the
+    index box (`plan.flatten`), so positions past an index's range (a partial last tile,
+    overshooting lanes) are tested too.  The interior (`Interior`, whose test covers every
+    lane of the tile) has no tests."""
+    f, v, width = c.flat, c.v, c.W
+    cons = [ci for ci, kind in enumerate(c.cons_kind) if kind != "red"]
+    over = [k for k in c.out_idx if c.overhangs(k)]
+    if v not in over and not c.lanes_fit():
+        over.append(v)
+    out = []
+    for j, point in enumerate(c.points):
+        env = c.point_env(point)
+        first, last = env[v], f"({env[v]} + {width - 1})"
+        # Every lane passes where the constraint holds at the lane it binds at.
+        whole = [c.constraint_text(ci, {**env, v: last if f.constraints[ci].coeffs[v] > 0
+                                        else first}) for ci in cons]
+        whole += [f"({last if k == v else env[k]} < {f.ranges[k]})" for k in over]
+        vector = c.update(f"a_{j}", [c.input_value(i, point, clamp=False)
+                                     for i in range(len(f.inputs))])
+        env[v] = f"({first} + l)"
+        vals = [clexpr.load(buf(t.name), _lin([(t.strides[k], env[k])
+                                                for k in range(len(f.names))], t.offset),
+                            t.dtype) for t in f.inputs]
+        conds = [c.constraint_text(ci, env) for ci in cons]
+        conds += [f"({env[k]} < {f.ranges[k]})" for k in over]
+        c.W = 1  # a scalar update of one lane (`update`)
+        try:
+            lane = c.update("e[l]", vals)
+        finally:
+            c.W = width
+        out += [f"if ({' && '.join(whole)}) {{ {vector} }} else {{",
+                f"    {_vec(c.ctype, width)} lv = a_{j}; {c.ctype}* e = ({c.ctype}*)&lv;",
+                f"    for (int l = 0; l < {width}; l += 1) if ({' && '.join(conds)}) "
+                f"{{ {lane} }}",
+                f"    a_{j} = lv;", "}"]
+    return out

@@ -154,18 +154,15 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     channels, read from a filter relaid with them innermost: `plan.pack`); an input may hold
     an output index at stride 2 (a stride-2 window's columns: two vector reads and a shuffle,
     `clexpr.load_strided`), behind every unit-stride candidate; an index of odd range, which
-    no vector fits, is passed over unless its last tile can move back (`shift_fits`); an
-    output index a constraint mentions comes after every free one (CPU models, one-input
-    reductions such as pooling)."""
+    no vector fits, is passed over unless its last tile can move back (`shift_fits`); a
+    constrained output index of a one-input reduction comes last (CPU models)."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
-        # A constrained output index (a padded pooling window's columns) only on CPUs, for
-        # one-input reductions, last: the kernel's interior runs whole vectors and its edge
-        # each lane on its own (`codegen.contraction.lane_body`).  Not where outputs may stay
-        # unwritten (hit flags are one a point, not a lane), nor for products: the cost model
-        # does not price the edge, and a padded NCHW convolution's pixels as lanes would
-        # then displace its channels, whose filter copy (`plan.pack`) runs without one.
+        # A constrained output index (padded pooling columns: `codegen.interior.lane_edge`)
+        # only where every output is written (hit flags are one a point, not a lane) and not
+        # in products: the model does not price the edge, and an NCHW convolution's pixels
+        # as lanes would displace its channels (`plan.pack`).
         if k in blocked and not (cpu and not staged and k in flat.out_indices
                                  and flat.output_covered and len(flat.inputs) == 1):
             continue
