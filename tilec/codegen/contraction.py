@@ -49,16 +49,17 @@ UNROLL_COPIES = 16
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
                  cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False,
-                 interior_split: bool = False):
+                 cpu: bool = False):
         self.kernel = kernel
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.plain_vectors = plain_vectors  # `plain_vector_access`
         # `Interior` and steered reads (CPU models), for contractions whose every output
         # element is one point (convolutions): ConvTranspose-like maps (an init kernel and a
         # defracted product) read NaN from poisoned memory with them on some tiles.
-        self.interior_split = interior_split and kernel.out_map == "bijective"
-        # CPU models: loads interleaved with the updates that use them (`stream.streamed`).
-        self.interleave = interior_split
+        self.interior_split = cpu and kernel.out_map == "bijective"
+        # CPU models also stream loads through their updates (`stream.streamed`) and take
+        # max/min as a compare and select (`update`).
+        self.cpu = cpu
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
@@ -75,6 +76,9 @@ class _Contraction:
         self.W = sched.vec
         self.v = sched.vec_index
         self.points = list(itertools.product(*[range(self.acc[k]) for k in self.out_idx]))
+        # A constraint mentions the vector index (padded pooling columns): the edge walks
+        # lanes (`interior.lane_edge`).
+        self.lanes_constrained = self.W > 1 and self.v in constrained(f)
         self.cons_kind = []  # per constraint: "red", "out" or "mixed"
         for c in f.constraints:
             used = {k for k, x in enumerate(c.coeffs) if x}
@@ -449,7 +453,7 @@ class _Contraction:
         for ci, kind in enumerate(self.cons_kind):
             if kind == "red" and not fixed:
                 out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
-        if not clean and self.W > 1 and self.v in constrained(f):
+        if not clean and self.lanes_constrained:
             return out + lane_edge(self)
         # A padding constraint of a sum of products can zero the operand it guards instead of
         # guarding every update: one select per load, and branch-free FMAs.
@@ -459,24 +463,28 @@ class _Contraction:
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}
         groups: list[tuple[tuple[int, tuple], list[str]]] = []  # each load's statements
-        head = out
+
+        def keys(c: tuple[int, ...]) -> list[tuple[int, tuple]]:
+            """Per input, the load point c reads: (input, the coordinates it depends on)."""
+            return [(i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
+                              if t.strides[k] != 0)) for i, t in enumerate(f.inputs)]
+
         runs: set[str] = set()  # run vectors read so far (`run_load`)
         for c in self.points:
-            for i, t in enumerate(f.inputs):
-                key = (i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
-                                if t.strides[k] != 0))
+            for key, t in zip(keys(c), f.inputs, strict=True):
+                i = key[0]
                 if key not in loads:
                     var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
                     loads[key] = var
-                    out = []
-                    groups.append((key, out))
+                    step: list[str] = []  # this load's statements
+                    groups.append((key, step))
                     ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
                     run = self.sched.run
                     if run is not None and i == run.input:
                         rv, decl, value = self.run_load(i, c)
                         if rv not in runs:
                             runs.add(rv)
-                            out.append(decl)
+                            step.append(decl)
                         value = f"(({ty})({value}))" if self.W > 1 else value
                     guards = [self.constraint_text(ci, self.point_env(c))
                               for ci in masked.get(i, ())]
@@ -497,9 +505,9 @@ class _Contraction:
                         if guards and self.interior_split and len(masked) == 1:
                             steered = steered_offset(self, i, c, f"m{var[1:]}")
                             if steered is not None:
-                                out.append(f"const int m{var[1:]} = {' && '.join(guards)};")
+                                step.append(f"const int m{var[1:]} = {' && '.join(guards)};")
                                 guards = [f"m{var[1:]}"]
-                        value = self.input_value(i, c, out, f"g{var[1:]}",
+                        value = self.input_value(i, c, step, f"g{var[1:]}",
                                                  clamp=not (clean and i in inside.plain),
                                                  at=steered, element=shared)
                     if guards:
@@ -512,30 +520,28 @@ class _Contraction:
                             # The element is read first, so that the select picks between
                             # two values (a read inside `?:` could become a branch).
                             ctype = clexpr.COMPUTE[t.dtype]
-                            out.append(f"const {ctype} e{var[1:]} = {value};")
+                            step.append(f"const {ctype} e{var[1:]} = {value};")
                             value = f"(({ty})(({cond}) ? e{var[1:]} : ({ctype})(0)))"
                         elif self.W > 1:
                             itype = _vec("int", self.W)
                             value = f"(({itype})(-(int)({cond})) ? {value} : ({ty})(0))"
                         else:
                             value = f"(({cond}) ? {value} : ({ty})(0))"
-                    out.append(f"const {ty} {var} = {value};")
-        out = head
+                    step.append(f"const {ty} {var} = {value};")
         updates: list[tuple[list[tuple[int, tuple]], str]] = []  # (the loads it reads, text)
         for j, c in enumerate(self.points):
-            keys = [(i, tuple(a for k, a in zip(self.out_idx, c, strict=True)
-                              if t.strides[k] != 0)) for i, t in enumerate(f.inputs)]
-            vals = [loads[key] for key in keys]
+            reads = keys(c)
+            vals = [loads[key] for key in reads]
             env = self.point_env(c)
             conds = [self.constraint_text(ci, env) for ci in mixed
                      if not any(ci in cs for cs in masked.values())]
             update = self.update(f"a_{j}", vals)
             hit = f" hit_{j} = 1;" if self.need_hit else ""
             if conds:
-                updates.append((keys, f"if ({' && '.join(conds)}) {{ {update}{hit} }}"))
+                updates.append((reads, f"if ({' && '.join(conds)}) {{ {update}{hit} }}"))
             else:
-                updates.append((keys, update + hit))
-        if not self.interleave:  # GPU models: every load first
+                updates.append((reads, update + hit))
+        if not self.cpu:  # GPU models: every load first
             return out + [x for _, lines in groups for x in lines] + [u for _, u in updates]
         spans = [self.span(t) for t in f.inputs]
         return out + streamed(groups, updates, spans)
@@ -558,9 +564,12 @@ class _Contraction:
                 return {}
         return {i: tuple(cs) for i, cs in out.items()}
 
-    def update(self, acc: str, vals: list[str]) -> str:
+    def update(self, acc: str, vals: list[str], lanes: int | None = None) -> str:
+        """The update of accumulator `acc` by the input values `vals`; `lanes`: of that many
+        lanes where not the kernel's vectors (1: one lane of one, `interior.lane_edge`)."""
         f = self.flat
-        ty = self.acc_type()
+        W = self.W if lanes is None else lanes
+        ty = _vec(self.ctype, W)
         is_float = self.ctype == "float"
         if f.comb == "*" and f.agg == "+" and is_float:
             return f"{acc} = {clexpr.muladd(vals[0], vals[1], acc, self.muladd)};"
@@ -570,9 +579,9 @@ class _Contraction:
             val = f"({vals[0]} {f.comb} {vals[1]})"
         else:
             cond = f"({vals[0]} == {vals[1]})"
-            then = vals[2] if f.comb == "?" else (f"(({ty})(1))" if self.W > 1 else "1")
-            if self.W > 1:
-                itype = _vec("int", self.W)
+            then = vals[2] if f.comb == "?" else (f"(({ty})(1))" if W > 1 else "1")
+            if W > 1:
+                itype = _vec("int", W)
                 val = f"(({itype}){cond} ? {then} : ({ty})(0))"  # select(), as an operator
             else:
                 val = f"({cond} ? {then} : 0)"
@@ -580,7 +589,7 @@ class _Contraction:
             return f"{acc} += {val};"
         if f.agg == "*":
             return f"{acc} *= {val};"
-        if f.agg in (">", "<") and is_float and self.interleave:
+        if f.agg in (">", "<") and is_float and self.cpu:
             # CPU models: a compare and select, which x86 compilers make one max/min
             # instruction; fmax's NaN rule costs a compare and a blend more (the 3x3 max
             # pool ran 1.1x faster on Zen 4).  The same result: the accumulator starts at

@@ -52,10 +52,7 @@ class Interior:
             if kind != "red":
                 coeffs = f.constraints[ci].coeffs
                 corner = tuple(c.acc[k] - 1 if coeffs[k] > 0 else 0 for k in c.out_idx)
-                env = c.point_env(corner)
-                if c.v in c.out_idx and c.W > 1 and coeffs[c.v] > 0:  # its last lane
-                    env[c.v] = f"({env[c.v]} + {c.W - 1})"
-                conds[c.constraint_text(ci, env)] = None
+                conds[c.constraint_text(ci, binding_lane(c, ci, c.point_env(corner)))] = None
         for k in c.out_idx:
             if c.overhangs(k) and any(t.strides[k] for t in f.inputs):
                 conds[f"({c.pos(k, c.acc[k] - 1)} < {f.ranges[k]})"] = None
@@ -129,6 +126,16 @@ def _inside_when_valid(c, t) -> bool:
     return c.v is None or t.strides[c.v] == 0 or c.lanes_fit()
 
 
+def binding_lane(c, ci: int, env: dict[int, str]) -> dict[int, str]:
+    """`env` (a point's positions) with the vector index at the lane where constraint ci is
+    tightest: the last where its coefficient is positive, else the first (a vector's
+    position is its first lane's)."""
+    v = c.v
+    if v is None or c.W == 1 or v not in c.out_idx or c.flat.constraints[ci].coeffs[v] <= 0:
+        return env
+    return {**env, v: f"({env[v]} + {c.W - 1})"}
+
+
 def lane_edge(c) -> list[str]:
     """The edge body of contraction c (`_Contraction`) where a constraint mentions the
     vector index (a padded pooling window's columns, `vector_candidates`): a point whose every
@@ -146,24 +153,19 @@ def lane_edge(c) -> list[str]:
     out = []
     for j, point in enumerate(c.points):
         env = c.point_env(point)
-        first, last = env[v], f"({env[v]} + {width - 1})"
-        # Every lane passes where the constraint holds at the lane it binds at.
-        whole = [c.constraint_text(ci, {**env, v: last if f.constraints[ci].coeffs[v] > 0
-                                        else first}) for ci in cons]
-        whole += [f"({last if k == v else env[k]} < {f.ranges[k]})" for k in over]
+        # Every lane passes where each constraint holds at the lane it binds at.
+        whole = [c.constraint_text(ci, binding_lane(c, ci, env)) for ci in cons]
+        end = f"({env[v]} + {width - 1})"  # the last lane's position
+        whole += [f"({end if k == v else env[k]} < {f.ranges[k]})" for k in over]
         vector = c.update(f"a_{j}", [c.input_value(i, point, clamp=False)
                                      for i in range(len(f.inputs))])
-        env[v] = f"({first} + l)"
+        env[v] = f"({env[v]} + l)"
         vals = [clexpr.load(buf(t.name), _lin([(t.strides[k], env[k])
                                                 for k in range(len(f.names))], t.offset),
                             t.dtype) for t in f.inputs]
         conds = [c.constraint_text(ci, env) for ci in cons]
         conds += [f"({env[k]} < {f.ranges[k]})" for k in over]
-        c.W = 1  # a scalar update of one lane (`update`)
-        try:
-            lane = c.update("e[l]", vals)
-        finally:
-            c.W = width
+        lane = c.update("e[l]", vals, lanes=1)
         out += [f"if ({' && '.join(whole)}) {{ {vector} }} else {{",
                 f"    {_vec(c.ctype, width)} lv = a_{j}; {c.ctype}* e = ({c.ctype}*)&lv;",
                 f"    for (int l = 0; l < {width}; l += 1) if ({' && '.join(conds)}) "
