@@ -146,7 +146,7 @@ def _torch_time(name: str, batch: int, x: np.ndarray, repeat: int) -> float | No
 
 def _kernel_count(exe) -> str:
     """Kernels per call, and those run once at load (they read the weights alone)."""
-    once = len(getattr(exe.last, "bind_timings", {}))
+    once = len(getattr(exe.last, "hoisted", ()))
     per_call = len(exe.kernels) - once
     return f"{per_call} (+{once} at load)" if once else str(per_call)
 

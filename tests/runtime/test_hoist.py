@@ -54,8 +54,8 @@ def test_graph_constants_computed_once_and_every_call_matches_numpy():
     rng = np.random.default_rng(3)
     g = _conv_graph(rng)
     exe = g.compile()
-    assert exe.bind_timings, "the scaled weight depends on constants alone"
-    per_call = [k.name for k in exe.kernels if k.name not in exe.bind_timings]
+    assert exe.hoisted, "the scaled weight depends on constants alone"
+    per_call = [k.name for k in exe.kernels if k.name not in exe.hoisted]
     assert per_call, "the convolution reads the input"
     for _ in range(3):  # later calls run over buffers the earlier ones left dirty
         x = rng.uniform(-1, 1, (1, 5, 9, 11)).astype(np.float32)
@@ -65,7 +65,7 @@ def test_graph_constants_computed_once_and_every_call_matches_numpy():
     # Results computed at bind keep their own buffers: no pooled temporary overwrites them.
     plan = exe.executable.memory
     for k in exe.kernels:
-        if k.name in exe.bind_timings:
+        if k.name in exe.hoisted:
             assert not set(k.writes) & set(plan.slot_of), k.name
 
 
@@ -90,3 +90,32 @@ def test_a_call_giving_a_bound_input_reruns_the_kernels_that_read_it():
     # The value given last is the binding now, on the device and for validation alike.
     np.testing.assert_allclose(exe.run({"A": a}, poison=True)["C"], a @ w2.T, rtol=1e-5,
                                atol=1e-5)
+
+
+@needs_device
+def test_a_bound_copy_is_settled_on_the_host_and_a_copy_of_a_device_result_is_launched():
+    # Wt copies a bound input: numpy computes it at bind, its kernel is never launched there
+    # (PoCL would generate its code for that one launch).  Vt copies what a kernel computed
+    # from bound inputs on the device: it is launched.  Both agree with numpy afterwards.
+    src = """function (A[M, K], W[N, K], S[N, K]) -> (C, D) {
+      Wt[k, n : K, N] = =(W[n, k]);
+      C[m, n : M, N] = +(A[m, k] * Wt[k, n]);
+      V = W * 2.5 + S;
+      Vt[k, n : K, N] = =(V[n, k]);
+      D[m, n : M, N] = +(A[m, k] * Vt[k, n]);
+    }"""
+    exe = tilec.compile(src, {"A": (7, 13), "W": (10, 13), "S": (10, 13)})
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    s = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    exe.bind({"W": w, "S": s})
+    copies = {k.name for k in exe.kernels if k.name in exe.hoisted and "Wt" in k.writes}
+    assert copies, "the copy of W depends on bound inputs alone"
+    assert not copies & set(exe.bind_timings), "the bound copy was launched"
+    assert any("Vt" in k.writes and k.name in exe.bind_timings for k in exe.kernels), \
+        "a copy of a device result must run on the device"
+    a = rng.uniform(-1, 1, (7, 13)).astype(np.float32)
+    out = exe.run({"A": a}, poison=True)
+    assert not set(exe.hoisted) & set(exe.last_timings)
+    np.testing.assert_allclose(out["C"], a @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["D"], a @ (w * 2.5 + s).T, rtol=1e-5, atol=1e-5)

@@ -87,7 +87,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
     arrays = random_inputs(g, given, args.seed)
     outs = exe.run(arrays, poison=True)
     for k in exe.kernels:
-        once = " once, at load (constants alone)" if k.name in exe.bind_timings else ""
+        if k.name in exe.hoisted and k.name not in exe.bind_timings:
+            print(f"  {k.name:<28}  on the host, at load (a copy of constants)")
+            continue
+        once = " once, at load (constants alone)" if k.name in exe.hoisted else ""
         t = exe.bind_timings.get(k.name) or exe.last_timings.get(k.name, 0.0)
         print(f"  {k.name:<28} {t * 1e3:9.3f} ms{once}")
     ref = g.evaluate(**arrays)  # the graph before the passes: checks them too
@@ -134,9 +137,10 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     outs = exe.run(arrays, repeat=args.repeat, poison=True)
     total = 0.0
     for k in ge.kernels:
-        if k.name in ge.bind_timings:
-            t = ge.bind_timings[k.name]
-            print(f"  {k.name:<28} {t * 1e3:9.3f} ms once, at load (weights alone)")
+        if k.name in ge.hoisted:
+            t = ge.bind_timings.get(k.name)
+            print(f"  {k.name:<28}  on the host, at load (a copy of weights)" if t is None
+                  else f"  {k.name:<28} {t * 1e3:9.3f} ms once, at load (weights alone)")
             continue
         t = ge.last_timings.get(k.name, 0.0)
         total += t

@@ -45,6 +45,13 @@ __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
 # Most copies of the innermost loop body that nested unrolled loops make (`loops`): past
 # this, code generation slows (seconds on PoCL) and the kernels do not run faster.
 UNROLL_COPIES = 16
+# Where the vector lanes are constrained (a padded pool's window columns) each point's edge
+# walks its lanes, and PoCL's time to generate the code grows faster than its length: copies
+# x points stays within this.  resnet18's 3x3 max pool on Zen 4 (PoCL 3.1): 28 float16
+# vectors took 17 s with the window unrolled, 5.5 s with its rows rolled, 1.9 s with both
+# loops rolled (0.32, 0.33, 0.36 ms to run); 28 float8 vectors 2.5, 0.6 and 0.4 s (0.159,
+# 0.160, 0.184 ms).
+UNROLL_LANE_EDGE_POINTS = 64
 
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
@@ -337,9 +344,11 @@ class _Contraction:
         # A pipelined GPU loop (`pipeline`) may unroll 16 trips: its tile is in local memory,
         # and the unrolled local reads are what the compiler schedules around the FMAs.
         longest = 16 if self.pipe else 8
+        points = len(self.points) if self.lanes_constrained else 0
         for k in reversed(order if not s.rolled else []):  # rolled: a tuned variant
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
-            if trips > longest or copies * trips > UNROLL_COPIES:
+            if trips > longest or copies * trips > UNROLL_COPIES or \
+                    points * copies * trips > UNROLL_LANE_EDGE_POINTS:
                 continue
             unrolled.add(k)
             copies *= trips

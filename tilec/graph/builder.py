@@ -129,8 +129,14 @@ class GraphExecutable:
 
     @property
     def bind_timings(self) -> dict[str, float]:
-        """Kernels run once when the constants were bound (they depend on nothing else)."""
+        """Kernels launched once when the constants were bound (they depend on nothing else;
+        plain copies of constants are made on the host instead and are not among them)."""
         return self.executable.bind_timings if self.executable is not None else {}
+
+    @property
+    def hoisted(self) -> tuple[str, ...]:
+        """Every kernel settled at bind, on the device or on the host; calls skip them."""
+        return self.executable.hoisted if self.executable is not None else ()
 
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)

@@ -50,6 +50,15 @@ class ContractionKernel:
         return sum(_count_ops(p.expr) for p in self.post_ops)
 
 
+def is_plain_copy(k: ContractionKernel) -> bool:
+    """Whether the kernel only copies one tensor's elements into another layout: an
+    assignment from one input, no post-ops, every output element written, in its own buffer."""
+    op = k.op
+    return (op.agg == "=" and op.comb is None and len(op.inputs) == 1 and op.default is None
+            and not k.post_ops and k.writes == (op.output,) and k.out_map == "bijective"
+            and not k.storage)
+
+
 @dataclass(frozen=True)
 class ElementwiseKernel:
     ops: tuple[ir.Elementwise, ...]

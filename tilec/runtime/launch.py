@@ -126,7 +126,38 @@ class Launcher:
         for name in sorted(kept):
             s = self.specs[name]
             self.runtime.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
-        self.bind_timings = self._launch([k for k in self.kernels if k.name in hoisted], 1)
+        self.bind_timings = self._launch(self._bind_on_host(hoisted), 1)
+
+    def _bind_on_host(self, hoisted: set[str]) -> list[KernelInfo]:
+        """Settle on the host the bound kernels a subclass can compute there (`_on_host`),
+        uploading what they write; the others, in launch order, for the device.  A kernel's
+        inputs must be bound arrays or host results already, and what it writes no other
+        kernel may write (an upload is not ordered with launches that run later)."""
+        env = dict(self._bound)
+        writers: dict[str, int] = {}
+        for k in self.kernels:
+            for t in k.writes:
+                writers[t] = writers.get(t, 0) + 1
+        device = []
+        for k in self.kernels:
+            if k.name not in hoisted:
+                continue
+            done = None
+            if all(writers[t] == 1 for t in k.writes) and \
+                    all(a in env for a in k.args if a not in k.writes):
+                done = self._on_host(k.name, env)
+            if done is None:
+                device.append(k)
+                continue
+            for t, arr in done.items():
+                self.runtime.upload(self._buffer(t), arr)
+                env[t] = arr
+        return device
+
+    def _on_host(self, name: str, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """What kernel `name` writes, computed on the host from `env`, where that is better
+        than building the kernel; None: launch it."""
+        return None
 
     def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(arrays)
