@@ -112,3 +112,28 @@ def test_transposed_convolutions_keep_the_clamped_loop():
     src, shapes = CASES["convt2d_s2"]
     texts = contraction_texts(src, shapes, avx2_cpu())
     assert texts and not any("Interior" in t or "const int m0_" in t for t in texts)
+
+
+def _pool_text(tile: dict) -> str:
+    import tilec
+    from tilec.codegen.generate import generate
+    from tilec.config import Config
+    from tilec.plan.fuse import plan_kernels
+
+    plan = plan_kernels(tilec.check_program(MAX_POOL, {"X": (1, 8, 16, 64)}, "float32"))
+    sources, _ = generate(plan, avx2_cpu(), Config(use_disk_cache=False, tiles={"*": tile}))
+    text, = [s.text for s in sources if s.kind == "contraction"]
+    return text
+
+
+def test_lane_edge_window_is_unrolled_within_its_budget():
+    """Each point of a lane-edge kernel carries a lane walk, and PoCL's time to generate the
+    code grows faster than its length (resnet18's pool: 17 s with 28 vectors and the window
+    unrolled): window loops unroll while points x copies stay within 64."""
+    small = _pool_text({"c": 1, "x0": 1, "x1": 16})  # 2 vectors: 18 a window
+    assert small.count("#pragma unroll\n") == 2 and "for (int l = 0; l < 8" in small, small
+    large = _pool_text({"c": 1, "x0": 8, "x1": 16})  # 16 vectors: 48 a row, 144
+    assert "#pragma unroll\n        for (int u_k1" in large, large
+    assert "#pragma unroll\n    for (int u_k0" not in large
+    huge = _pool_text({"c": 4, "x0": 8, "x1": 16})  # 64 vectors: 192 a row
+    assert "for (int u_k1" in huge and "#pragma unroll" not in huge, huge
