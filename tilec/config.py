@@ -42,11 +42,13 @@ class Config:
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),
     # so a CPU gets the fused kernel only when asked (True).
     attention_fusion: bool | None = None
-    # The device's measured facts (`tilec devices --calibrate`: the mul-add form the codegen
-    # writes, peak rate, bandwidths, launch cost) in a model derived from the device.  None:
-    # those stored for the device, if any, never measuring, so a compile stays fast and gives
-    # the same kernels until the user calibrates again; True: measure on first use (about
-    # 2 s, once per device and driver); False: ignore them (the queried model alone).
+    # The device's measured facts (`tilec devices --calibrate`: the mul-add and vector access
+    # forms the codegen writes, peak rate, bandwidths, launch cost) in a model derived from
+    # the device.  None: those stored for the device; a CPU without them is measured on first
+    # use (about 2 s, once per device and driver: PoCL builds differ 2-7x on what no query
+    # shows), a GPU is not; True: measure any device on first use; False: ignore them (the
+    # queried model alone).  Stored facts stay until the user calibrates again, so a compile
+    # gives the same kernels every time.
     calibrate: bool | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
     # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.

@@ -78,3 +78,33 @@ def test_attention_with_each_form(form, base):
     ref = tilec.evaluate(src, **arrays)["O"]
     assert not np.isnan(got).any()
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
+
+
+@needs_device
+@pytest.mark.parametrize("access", ["vload", "plain"])
+@pytest.mark.parametrize("name", ["matmul_odd", "matmul_panels", "conv_same_relu",
+                                  "conv_nchw_pad_bias_relu", "maxpool", "depthwise"])
+def test_contraction_with_each_vector_access(access, name):
+    """The calibration's vector access form (plan/calibration.choose_access) at the widest
+    vectors the device computes: vloadN/vstoreN, or pointers to the vector type."""
+    from tilec.runtime.device import Runtime
+
+    base = model(None, "mul_add")
+    wide = min(16, Runtime.get(None).vector_limit or 16)
+    hw = dataclasses.replace(base, vec_size=wide, vector_access=access)
+    src, shp = CASES[name]
+    exe = tilec.compile(src, shp, hw=hw)
+    body = "\n".join(s.text for s in exe.sources if s.kind == "contraction")
+    pointer = "*((__global"
+    if access == "plain":
+        assert "vload" not in body and "vstore" not in body
+        assert name == "maxpool" or pointer in body  # (its vectors are narrow: lanes walked)
+    else:
+        assert pointer not in body
+        assert name == "maxpool" or "vload" in body
+    rng = np.random.default_rng(3)
+    arrays = {n: random_array(rng, exe.program.tensors[n].shape, "float32")
+              for n in exe.program.inputs}
+    outs = exe.run(arrays, poison=True)
+    v = exe.check(exe._inputs(arrays), outs)
+    assert v.ok, v.worst

@@ -11,6 +11,7 @@ from tilec.errors import HardwareModelError, TileError
 from tilec.plan.calibration import (
     FORM_MARGIN,
     Calibration,
+    choose_access,
     choose_form,
     form_table,
 )
@@ -37,6 +38,42 @@ def test_fma_called_as_a_function_loses_to_the_plain_expression():
              "mul_add": {1: 29, 2: 58, 4: 116, 8: 232}}
     form, width, peak = choose_form(rounds_of(rates))
     assert (form, width, peak) == ("mul_add", 8, 232)
+
+
+def test_vload_called_as_a_function_loses_to_the_plain_pointer():
+    # The PyPI PoCL 3.0 on an Intel Xeon (rocketlake target): vload16 is a call.  Rounds on a
+    # busy host scale both forms alike; the ratio decides.
+    assert choose_access([(113.0, 437.0), (56.0, 220.0), (110.0, 430.0)]) == "plain"
+    # Inlined vloadN (Debian's PoCL 3.1, PoCL 5.0): a tie, or a plain form a bit ahead or
+    # behind, keeps vloadN.
+    assert choose_access([(230.0, 232.0), (115.0, 110.0), (231.0, 231.0)]) == "vload"
+    assert choose_access([(100.0, 100 * FORM_MARGIN * 0.99)] * 3) == "vload"
+    assert choose_access([(100.0, 100 * FORM_MARGIN)] * 3) == "plain"
+    # One round where plain looked faster (the host slowed vloadN's launch) does not decide.
+    assert choose_access([(50.0, 232.0), (230.0, 232.0), (231.0, 230.0)]) == "vload"
+    with pytest.raises(ValueError):
+        choose_access([])
+
+
+def test_vector_access_reaches_the_codegen():
+    from tilec.codegen.contraction import plain_vector_access
+
+    cpu = HwModel.load("pocl-cpu")
+    wide = dataclasses.replace(cpu, vec_size=16)
+    assert not plain_vector_access(wide)  # unmeasured: 16 lanes inline vloadN
+    assert plain_vector_access(dataclasses.replace(cpu, vec_size=8))  # unmeasured, 8 lanes
+    applied = dataclasses.replace(wide, **cal(vector_access="plain").model_fields())
+    assert applied.vector_access == "plain" and plain_vector_access(applied)
+    assert not plain_vector_access(dataclasses.replace(cpu, vec_size=8, vector_access="vload"))
+    gpu = HwModel.load("nvidia-h100")
+    assert not plain_vector_access(dataclasses.replace(gpu, vector_access="plain"))
+    with pytest.raises(HardwareModelError, match="vector_access"):
+        dataclasses.replace(cpu, vector_access="pointer")
+    with pytest.raises(ValueError, match="vector access"):
+        cal(vector_access="pointer")
+    back = Calibration.from_json(cal(vector_access="plain", access_gflops=(113, 437)).to_json())
+    assert back.vector_access == "plain" and back.access_gflops == (113.0, 437.0)
+    assert "vector access: plain (vloadN 113, plain pointer 437" in back.describe()
 
 
 def test_equal_forms_keep_fma_and_the_narrowest_full_speed_width():

@@ -150,6 +150,38 @@ def test_compiles_use_the_stored_calibration_only_when_allowed(calibrated, monke
 
 
 @needs_device
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_a_cpu_is_measured_on_its_first_compile(kind, tmp_path, monkeypatch):
+    """Config() measures a CPU that has no stored calibration (once: then it is read back),
+    a GPU only with calibrate=True; calibrate=False never measures."""
+    from types import SimpleNamespace
+
+    from tilec.runtime.device import Runtime, hw_model_for
+
+    real = Runtime.get(None)
+    runtime = SimpleNamespace(info=dataclasses.replace(real.info, kind=kind), device=real.device,
+                              context=real.context, vector_limit=real.vector_limit)
+    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path)
+    measured = []
+
+    def fake(context, device, limit, label):
+        measured.append(label)
+        return cal(muladd="mad", vector_access="plain")
+
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    assert hw_model_for(None, Config(calibrate=False), runtime).muladd == "fma"
+    assert measured == []
+    first = hw_model_for(None, Config(), runtime)
+    if kind == "gpu":
+        assert measured == [] and first.muladd == "fma" and first.vector_access == ""
+        first = hw_model_for(None, Config(calibrate=True), runtime)
+    assert len(measured) == 1 and first.muladd == "mad" and first.vector_access == "plain"
+    assert hw_model_for(None, Config(), runtime).muladd == "mad"
+    assert len(measured) == 1  # stored, not measured again
+    assert hw_model_for(None, Config(calibrate=False), runtime).muladd == "fma"
+
+
+@needs_device
 def test_devices_with_an_unknown_device_is_an_error(capsys):
     assert main(["devices", "--calibrate", "--device", "no such device"]) == 1
     assert "no OpenCL device matches 'no such device'" in capsys.readouterr().err

@@ -196,11 +196,18 @@ def vector_safe(e: ir.Expr) -> bool:
 
 
 def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None = None,
-         positional: Callable[[ir.Op, list[str]], str] | None = None, width: int = 1) -> str:
+         positional: Callable[[ir.Op, list[str]], str] | None = None, width: int = 1,
+         bind: Callable[[str], str] | None = None) -> str:
     """Scalar OpenCL C for `e`; `ref(name)` gives the text of a tensor's value at the element,
     `positional(op, args)` the text of an ir.EID_OPS node (only elementwise kernels have one).
     `width` > 1: the text of a `width`-vector, for an expression `vector_safe` accepts, whose
-    `ref` gives vectors; constants beside vectors in min/max/pow become vectors."""
+    `ref` gives vectors; constants beside vectors in min/max/pow become vectors.
+    `bind(text)`: the name of a constant the caller declared holding `text` (a statement
+    before this expression's).  With it a float relu is a compare and select on that name
+    (`x > 0 ? x : 0`, the same value as `fmax(x, 0)` for every x, NaN included) rather than
+    the builtin, which some PoCL builds leave a library call (plan/calibration.py): CPU
+    contractions' post-ops, where a call between two accumulators' stores puts all the
+    others on the stack and back."""
 
     def walk(x: ir.Expr) -> tuple[str, str]:
         if isinstance(x, ir.Const):
@@ -272,6 +279,9 @@ def expr(e: ir.Expr, ref: Callable[[str], str], types: Mapping[str, str] | None 
             return ({"float": f"fabs({conv[0]})", "uint": conv[0]}.get(
                 c, f"((int)abs({conv[0]}))")), dt
         if x.op == "relu":
+            if bind is not None and c == "float":
+                v = conv[0] if conv[0].isidentifier() else bind(conv[0])
+                return f"({v} > 0.0f ? {v} : 0.0f)", dt
             return ({"float": f"fmax({conv[0]}, 0.0f)", "uint": conv[0]}.get(
                 c, f"max({conv[0]}, 0)")), dt
         if x.op in ("min", "max"):

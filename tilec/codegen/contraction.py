@@ -8,6 +8,7 @@ piece would re-derive them."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from ..lang import ir
 from ..plan.flat import FlatContraction
@@ -230,6 +231,20 @@ class _Contraction:
         aligned = self.vector_aligned(i + 1)
         return clexpr.load(buf(t.name), at, t.dtype, W, aligned=aligned,
                            unaligned=not aligned and self.unaligned(t.dtype))
+
+    def binder(self, lines: list[str], ctype: str, var: str) -> Callable[[str], str] | None:
+        """clexpr.expr's `bind` for a post-op computing `var`: each value it names becomes a
+        constant appended to `lines` (var_0, var_1, ...).  Only where vloadN was measured a
+        library call (`plain_vectors`): the builtins it keeps out of post-ops are calls too."""
+        if not self.plain_vectors:
+            return None
+        names: list[str] = []
+
+        def bind(text: str) -> str:
+            names.append(f"{var}_{len(names)}")
+            lines.append(f"const {ctype} {names[-1]} = {text};")
+            return names[-1]
+        return bind
 
     def unaligned(self, dtype: str) -> bool:
         """Whether a vector of dtype that may start anywhere is read or written through the
@@ -697,7 +712,8 @@ class _Contraction:
                 return clexpr.load(buf(into), at, self.program.tensors[name].dtype)
             var = f"v_{p.output}"
             ctype = clexpr.COMPUTE[self.program.tensors[p.output].dtype]
-            lines.append(f"const {ctype} {var} = {clexpr.expr(p.expr, ref)};")
+            text = clexpr.expr(p.expr, ref, bind=self.binder(lines, ctype, var))
+            lines.append(f"const {ctype} {var} = {text};")
             names[p.output] = var
         for w in k_.writes:
             into, at = (f.output.name, "oe") if w == k_.op.output else \
@@ -822,9 +838,15 @@ def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.P
 
 def plain_vector_access(hw) -> bool:
     """Whether aligned global vectors are read and written as pointer dereferences rather than
-    vloadN/vstoreN on this hardware model: on CPUs whose widest vectors are narrower than 16
-    lanes.  The PyPI PoCL 3.0 on AVX-512 hosts (vectors capped at 8) leaves vloadN as library
-    calls that spill every accumulator; where builtins are inlined the pointer form measured
-    slower: the H200's matmul 4096 kernel 3.60 ms against 2.90 (the kernel otherwise the same),
-    the Xeon's (PoCL 5.0, 16 lanes) matmul 1024 1.11x over five alternating rounds."""
-    return hw.kind == "cpu" and hw.vec_size < 16
+    vloadN/vstoreN on this hardware model (CPUs only: the unaligned form declares a clang
+    vector type).  Measured where calibrated (`hw.vector_access`: the calibration times both
+    forms; plan/calibration.py says which PoCL builds leave vloadN a library call that spills
+    every accumulator).  Otherwise: on CPUs whose widest vectors are narrower than 16 lanes
+    (the PyPI PoCL 3.0 on Zen 4 caps them at 8 and calls vloadN); where builtins are inlined
+    the pointer form measured slower: the H200's matmul 4096 kernel 3.60 ms against 2.90, the
+    Xeon's (PoCL 5.0, 16 lanes) matmul 1024 1.11x over five alternating rounds."""
+    if hw.kind != "cpu":
+        return False
+    if hw.vector_access:
+        return hw.vector_access == "plain"
+    return hw.vec_size < 16

@@ -48,7 +48,8 @@ def finish(c, j: int) -> list[str]:
 
     for po in k_.post_ops:
         var = f"v_{po.output}"
-        lines.append(f"const {vtype} {var} = {clexpr.expr(po.expr, ref, width=W)};")
+        text = clexpr.expr(po.expr, ref, width=W, bind=c.binder(lines, vtype, var))
+        lines.append(f"const {vtype} {var} = {text};")
         names[po.output] = var
     for w in k_.writes:
         dtype = c.program.tensors[w].dtype

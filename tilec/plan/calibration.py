@@ -25,6 +25,14 @@ LLVM 14 abort the process ("Cannot select ... fma") on a float16 `fma()`, which 
 calibration stays within the widths the device probe passed (8 there).
 Debian's PoCL 3.1 (LLVM 15, target skylake-avx512) inlines `fma()` but implements `mad()` as
 a separate `vmulps` and `vaddps`: 182 GFLOP/s against 230 at float16.
+
+vloadN/vstoreN are library functions too, and go the same way.  The PyPI PoCL 3.0 on an Intel
+Xeon (family 6 model 167) compiles kernels for "rocketlake" (AVX-512, float16 vectors pass
+the probe) and links the skylake-avx512 library, whose features (CLWB) rocketlake lacks: each
+`vload16` in a matmul's k loop is a `call`, around which all 16 accumulators go to the stack
+and back (tilec's 1024 matmul 78 GFLOP/s a core; read through a plain pointer, 193).  Where the
+library inlines (Debian's PoCL 3.1, PoCL 5.0) the two forms compile alike, so the access form
+("vload" or "plain") is measured like the mul-add form (`choose_access`).
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ DEFAULT_MULADD = "fma"  # what the codegen wrote before calibration existed
 FORM_MARGIN = 1.2
 # A vector width "runs at full speed" when it reaches this share of the form's best rate.
 FULL_SPEED = 0.9
+# How the codegen reads and writes whole vectors of global memory: vloadN/vstoreN, or a plain
+# pointer to the vector type ("plain"; codegen/clexpr.py).  "" = not measured.
+ACCESS_FORMS = ("vload", "plain")
 
 # Timings of one calibration round: (form, vector width) -> GFLOP/s.
 Round = Mapping[tuple[str, int], float]
@@ -62,6 +73,9 @@ class Calibration:
     launch_wall_us: float  # an empty kernel: enqueue to completion, seen from the host
     group_us: float  # device time per extra work-group of an empty kernel
     exp_gops: float = 0.0  # exp() a second, in billions of lanes (0: not measured)
+    vector_access: str = ""  # ACCESS_FORMS: the faster way to read a vector ("": unmeasured)
+    # GFLOP/s of the access kernel in each form (vload, plain), for reports.
+    access_gflops: tuple[float, float] = (0.0, 0.0)
     # (form, width, median GFLOP/s) of every kernel measured, for reports.
     form_gflops: tuple[tuple[str, int, float], ...] = ()
     seconds: float = 0.0  # how long the calibration took
@@ -70,12 +84,17 @@ class Calibration:
     def __post_init__(self) -> None:
         if self.muladd not in MULADD_FORMS:
             raise ValueError(f"mul-add form {self.muladd!r} is not one of {MULADD_FORMS}")
+        if self.vector_access not in ("", *ACCESS_FORMS):
+            raise ValueError(f"vector access {self.vector_access!r} is not one of "
+                             f"{ACCESS_FORMS}")
+        object.__setattr__(self, "access_gflops", tuple(float(x) for x in self.access_gflops))
         object.__setattr__(self, "form_gflops",
                            tuple((str(f), int(w), float(r)) for f, w, r in self.form_gflops))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["form_gflops"] = [list(t) for t in self.form_gflops]
+        out["access_gflops"] = list(self.access_gflops)
         return out
 
     @classmethod
@@ -89,11 +108,13 @@ class Calibration:
         if set(data) != names:
             raise ValueError(f"fields {sorted(set(data) ^ names)} differ")
         try:
-            values = {k: v for k, v in data.items() if k != "form_gflops"}
+            values = {k: v for k, v in data.items() if k not in ("form_gflops", "access_gflops")}
             floats = {f.name for f in fields(cls) if f.type == "float"}
             for k in floats:
                 values[k] = float(values[k])
-            return cls(**values, form_gflops=tuple(tuple(t) for t in data["form_gflops"]))
+            vload, plain = data["access_gflops"]
+            return cls(**values, form_gflops=tuple(tuple(t) for t in data["form_gflops"]),
+                       access_gflops=(vload, plain))
         except (TypeError, ValueError) as exc:
             raise ValueError(str(exc)) from None
 
@@ -104,7 +125,7 @@ class Calibration:
                     bandwidth_gbs=round(self.dram_gbs, 1), l2_gbs=round(self.l2_gbs, 1),
                     l1_gbs=round(self.l1_gbs, 1), local_gbs=round(self.local_gbs, 1),
                     launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3),
-                    exp_gops=round(self.exp_gops, 2))
+                    exp_gops=round(self.exp_gops, 2), vector_access=self.vector_access)
 
     def describe(self) -> str:
         """Lines for `tilec devices`."""
@@ -124,6 +145,9 @@ class Calibration:
             f"  launch: {self.launch_us:.1f} us device, {self.launch_wall_us:.1f} us wall; "
             f"{self.group_us:.3f} us a work-group"
             + (f"; exp {self.exp_gops:.1f} G/s" if self.exp_gops else ""),
+            *([f"  vector access: {self.vector_access} (vloadN {self.access_gflops[0]:.0f}, "
+               f"plain pointer {self.access_gflops[1]:.0f} GFLOP/s)"]
+              if self.vector_access else []),
         ])
 
 
@@ -179,3 +203,14 @@ def form_table(rounds: Sequence[Round]) -> tuple[tuple[str, int, float], ...]:
     order = sorted(keys, key=lambda k: (MULADD_FORMS.index(k[0]), k[1]))
     return tuple((f, w, round(_median([r[(f, w)] for r in rounds if (f, w) in r]), 1))
                  for f, w in order)
+
+
+def choose_access(rounds: Sequence[tuple[float, float]]) -> str:
+    """"plain" when reading vectors through a plain pointer is FORM_MARGIN faster than vloadN
+    (rates of the same kernel in both forms, in the same round: the median of their ratios),
+    "vload" otherwise.  The plain form measured 1.11x slower than inlined vloadN on the
+    Xeon's PoCL 5.0 (matmul 1024, 16 lanes), so a tie keeps vloadN."""
+    if not rounds:
+        raise ValueError("no timings")
+    rel = _median([p / v for v, p in rounds if v > 0 and p > 0])
+    return "plain" if rel >= FORM_MARGIN else "vload"

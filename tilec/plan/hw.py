@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HardwareModelError, Source, Span
-from .calibration import DEFAULT_MULADD, MULADD_FORMS
+from .calibration import ACCESS_FORMS, DEFAULT_MULADD, MULADD_FORMS
 
 KINDS = ("gpu", "cpu")
 # Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
@@ -80,6 +80,9 @@ class HwModel:
     launch_us: float = 0.0  # device time of an empty kernel
     group_us: float = 0.0  # device time per extra work-group of an empty kernel
     exp_gops: float = 0.0  # exp() a second, billions of lanes (row kernels' softmax)
+    # How vectors of global memory are read and written: "vload" (vloadN/vstoreN), "plain"
+    # (a pointer to the vector type), "" not measured (codegen.contraction.plain_vector_access).
+    vector_access: str = ""
     # Measured over predicted time of the tiles `tilec tune` timed, by the prediction's
     # limiting resource (`tune.correction`; 1: none).  Compiles multiply predictions by them.
     correct_compute: float = 1.0
@@ -210,7 +213,8 @@ class HwModel:
             f"max_mem {_size(self.max_mem)}, max_regs {_size(self.max_regs)}, "
             f"goal_groups {self.goal_groups}, goal {self.goal_flops_per_byte:g} flops/byte",
             f"  codegen: vec_size {self.vec_size}, staging {self.staging} ({staged}), "
-            f"mul-add {self.muladd}",
+            f"mul-add {self.muladd}"
+            + (f", vector access {self.vector_access}" if self.vector_access else ""),
         ]
         if self.registers > 0 and self.l1_bytes > 0 and self.l2_bytes > self.l1_bytes:
             mr, nr = self.register_tile()
@@ -356,6 +360,10 @@ def _value_problems(v: dict[str, Any]) -> list[tuple[str, str]]:
     if v["muladd"] not in MULADD_FORMS:
         out.append(("muladd", f"must be one of {', '.join(map(repr, MULADD_FORMS))} (fma(a, b, "
                               f"c), mad(a, b, c), a * b + c), not {v['muladd']!r}"))
+    if v["vector_access"] not in ("", *ACCESS_FORMS):
+        out.append(("vector_access", f"must be '' (not measured) or one of "
+                                     f"{', '.join(map(repr, ACCESS_FORMS))}, "
+                                     f"not {v['vector_access']!r}"))
     if v["muladd_vec"] not in (0, *VEC_SIZES):
         out.append(("muladd_vec", f"must be 0 (unknown) or one of {VEC_SIZES}, "
                                   f"not {v['muladd_vec']}"))

@@ -6,6 +6,8 @@ What it times (OpenCL event time, rounds interleaved; kernels in `calibrate_kern
 
 - `fma(a,b,c)`, `mad(a,b,c)` and `a*b+c` on float vectors of every width the probe passed,
   eight independent accumulator chains a work-item, 4 work-groups a compute unit;
+- the same chains multiplied by a vector read each step through vloadN or a plain pointer
+  (where vloadN is a library call the chains are stored and reloaded around it);
 - reads of a buffer 4x the last-level cache (DRAM), of half the L2 and half the L1 a
   work-group (repeated), and of local memory;
 - an empty kernel (event and wall time) and the same with many work-groups.
@@ -17,8 +19,9 @@ The host of that VM halves every rate for hundreds of milliseconds at a time, wh
 forms are compared within rounds (`choose_form`).
 
 Whether compiles use it (Config.calibrate): None, the default, uses a calibration already
-stored for the device and never measures, so a compile stays fast and its output is the same
-every time until the user calibrates again; True measures on first use; False ignores it.
+stored for the device and measures a CPU that has none on its first use (a GPU only when
+asked); the stored facts stay, so a compile's output is the same every time until the user
+calibrates again; True measures any device on first use; False ignores it.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError
-from ..plan.calibration import Calibration, Round, choose_form, form_table
+from ..plan.calibration import Calibration, Round, choose_access, choose_form, form_table
 from ..plan.hw import HwModel
 from ..plan.hw_device import _host_caches
 from . import calibrate_kernels as ck
 
-FORMAT = 1  # bump when the kernels or the meaning of a field change: old entries are ignored
+FORMAT = 2  # bump when the kernels or the meaning of a field change: old entries are ignored
 ROUNDS = 3
 FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
 READ_TARGET_S = 0.003
@@ -132,14 +135,17 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
     m = _Meter(cl, context, queue, local)
     rounds = _muladd_rounds(m, prg, widths, 4 * cus)
     form, width, peak = choose_form(rounds)
+    access = _access_rounds(m, prg, max(widths), 4 * cus)
     dram, l2, l1, lmem = _bandwidths(m, prg, device, is_cpu, cus, read_w)
     launch, wall, group = _launch_costs(m, prg, cus)
     exps = _exp_rate(m, prg, exp_w, 4 * cus)
     return Calibration(
         muladd=form, muladd_vec=width, peak_gflops=peak, dram_gbs=dram, l2_gbs=l2, l1_gbs=l1,
         local_gbs=lmem, launch_us=launch, launch_wall_us=wall, group_us=group, exp_gops=exps,
-        form_gflops=form_table(rounds), seconds=round(time.perf_counter() - start, 2),
-        label=label)
+        form_gflops=form_table(rounds), vector_access=choose_access(access),
+        access_gflops=tuple(round(statistics.median(r[i] for r in access), 1)
+                            for i in range(2)),
+        seconds=round(time.perf_counter() - start, 2), label=label)
 
 
 class _Meter:
@@ -185,6 +191,21 @@ def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) ->
             r[f, w] = 2 * ck.CHAINS * w * iters[f, w] * groups * m.local / t * 1e-9
         rounds.append(r)
     return rounds
+
+
+def _access_rounds(m: _Meter, prg: Any, w: int, groups: int) -> list[tuple[float, float]]:
+    """GFLOP/s of the access kernels (vloadN, plain pointer), ROUNDS interleaved rounds."""
+    kernels = [getattr(prg, ck.access_name(f)) for f in ("vload", "plain")]
+    vectors = m.buffer(64 * w * 4)
+    b = np.float32(0.5)
+    iters = []
+    for k in kernels:
+        m.run(k, groups, vectors, b, np.int32(64))  # PoCL compiles a kernel on its first launch
+        iters.append(_scaled(m.run(k, groups, vectors, b, np.int32(2048)), 2048,
+                             FLOP_TARGET_S, 256, 1 << 24))
+    flops = [2 * ck.CHAINS * w * n * groups * m.local * 1e-9 for n in iters]
+    return [tuple(f / m.run(k, groups, vectors, b, np.int32(n))
+                  for k, n, f in zip(kernels, iters, flops, strict=True)) for _ in range(ROUNDS)]
 
 
 def _exp_rate(m: _Meter, prg: Any, w: int, groups: int) -> float:

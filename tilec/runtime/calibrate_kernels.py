@@ -29,13 +29,15 @@ def _step(form: str, c: str) -> str:
             "mul_add": f"{c} = {c} * a + b;"}[form]
 
 
-def _chains_kernel(name: str, w: int, params: str, setup: str, start: str, step: str) -> str:
+def _chains_kernel(name: str, w: int, params: str, setup: str, start: str, step: str,
+                   first: str = "") -> str:
     """`n` iterations of CHAINS independent chains `c = step(c)` of float`w`s; the sum is
     stored so that nothing is dead code.  `start` gives chain i's first value from `x` and
-    `{i}`, `step` its update from `{c}`."""
+    `{i}`, `step` its update from `{c}`; `first` is a statement each iteration begins with."""
     t = _vec(w)
     init = "\n".join(f"    {t} c{i} = ({t})({start.format(i=i)});" for i in range(CHAINS))
-    body = "\n".join("        " + step.format(c=f"c{i}") for i in range(CHAINS))
+    body = "\n".join("        " + line for line in [first] * bool(first) +
+                     [step.format(c=f"c{i}") for i in range(CHAINS)])
     total = " + ".join(f"c{i}" for i in range(CHAINS))
     return (f"__kernel void {name}(__global float* out, {params}const int n) {{\n"
             f"    const float x = (float)get_global_id(0);\n{setup.format(t=t)}{init}\n"
@@ -49,6 +51,25 @@ def muladd_kernel(form: str, w: int) -> str:
     return _chains_kernel(muladd_name(form, w), w, "const float a0, const float b0, ",
                           "    const {t} a = ({t})(a0);\n    const {t} b = ({t})(b0);\n",
                           "x + {i}.0f", _step(form, "{c}"))
+
+
+def access_name(form: str) -> str:
+    return f"tilec_cal_access_{form}"
+
+
+def access_kernels(w: int) -> str:
+    """CHAINS chains `c = c * v + b` of float`w`s whose `v` is a vector read from global memory
+    each iteration (64 vectors, always in L1), once through vloadN and once through a plain
+    pointer (`plain`: the buffer is aligned, every vector starts on a multiple of w).  Where
+    vloadN is a library call the chains live across it and go to the stack and back."""
+    t = _vec(w)
+    reads = {"vload": f"vload{w}(0, a + (i & 63) * {w})" if w > 1 else "a[i & 63]",
+             "plain": f"*((__global const {t}*)(a + (i & 63) * {w}))"}
+    return "\n".join(
+        _chains_kernel(access_name(form), w, "__global const float* a, const float b0, ",
+                       "    const {t} b = ({t})(b0);\n", "x + {i}.0f", "{c} = {c} * v + b;",
+                       first=f"const {t} v = {reads[form]};")
+        for form in ("vload", "plain"))
 
 
 def read_kernels(w: int) -> str:
@@ -88,4 +109,5 @@ EMPTY = "__kernel void tilec_cal_empty(__global float* out) { }\n"
 
 def source(widths: tuple[int, ...], read_width: int, exp_width: int = 1) -> str:
     parts = [muladd_kernel(f, w) for f in FORMS for w in widths]
-    return "\n".join([*parts, read_kernels(read_width), exp_kernel(exp_width), EMPTY])
+    return "\n".join([*parts, access_kernels(max(widths)), read_kernels(read_width),
+                      exp_kernel(exp_width), EMPTY])

@@ -450,7 +450,11 @@ def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> 
         model = from_device(runtime.device, max_vec=limit)
         if config.calibrate is False:
             return model
-        return apply(model, calibration_for(runtime, measure=bool(config.calibrate)))
+        # A CPU is measured on first use unless told otherwise: its PoCL build decides
+        # whether fma() and vloadN are instructions or calls (2-7x on every kernel), which
+        # no query shows.
+        measure = config.calibrate or runtime.info.kind == "cpu"
+        return apply(model, calibration_for(runtime, measure=measure))
     if limit and model.vec_size > limit and not config.vector_width:
         # A model written for another device would make kernels that compute wrong results
         # here: plan narrower vectors, and say so.
