@@ -43,6 +43,7 @@ from . import calibrate_kernels as ck
 
 FORMAT = 2  # bump when the kernels or the meaning of a field change: old entries are ignored
 ROUNDS = 3
+ACCESS_ROUNDS = 5  # the access form must win every round (plan.calibration.choose_access)
 FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
 READ_TARGET_S = 0.003
 
@@ -205,7 +206,8 @@ def _access_rounds(m: _Meter, prg: Any, w: int, groups: int) -> list[tuple[float
                              FLOP_TARGET_S, 256, 1 << 24))
     flops = [2 * ck.CHAINS * w * n * groups * m.local * 1e-9 for n in iters]
     return [tuple(f / m.run(k, groups, vectors, b, np.int32(n))
-                  for k, n, f in zip(kernels, iters, flops, strict=True)) for _ in range(ROUNDS)]
+                  for k, n, f in zip(kernels, iters, flops, strict=True))
+            for _ in range(ACCESS_ROUNDS)]
 
 
 def _exp_rate(m: _Meter, prg: Any, w: int, groups: int) -> float:
