@@ -147,7 +147,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if cal is not None:
             print("  " + cal.describe().replace("\n", "\n  "))
         elif probed.problem is None:
-            print("  not calibrated yet: `tilec devices --calibrate` measures it (about 2 s)")
+            print("  not calibrated yet: `tilec devices --calibrate` measures it (about 2 s; "
+                  "a CPU's first compile does)")
         try:
             model = calibrate.apply(from_device(d, max_vec=limit), cal)
             print("  " + model.describe().replace("\n", "\n  "))
