@@ -843,8 +843,7 @@ def plain_vector_access(hw) -> bool:
     forms; plan/calibration.py says which PoCL builds leave vloadN a library call that spills
     every accumulator).  Otherwise: on CPUs whose widest vectors are narrower than 16 lanes
     (the PyPI PoCL 3.0 on Zen 4 caps them at 8 and calls vloadN); where builtins are inlined
-    the pointer form measured slower: the H200's matmul 4096 kernel 3.60 ms against 2.90, the
-    Xeon's (PoCL 5.0, 16 lanes) matmul 1024 1.11x over five alternating rounds."""
+    the two forms tie (the Xeon's PoCL 5.0, five calibrations), and vloadN stays."""
     if hw.kind != "cpu":
         return False
     if hw.vector_access:

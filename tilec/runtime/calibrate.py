@@ -36,7 +36,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError
-from ..plan.calibration import Calibration, Round, choose_access, choose_form, form_table
+from ..plan.calibration import (
+    ACCESS_FORMS,
+    Calibration,
+    Round,
+    choose_access,
+    choose_form,
+    form_table,
+)
 from ..plan.hw import HwModel
 from ..plan.hw_device import _host_caches
 from . import calibrate_kernels as ck
@@ -176,38 +183,38 @@ def _scaled(t: float, n: int, target: float, lo: int, hi: int, step: int = 1) ->
     return max(lo, min(hi, want // step * step))
 
 
-def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) -> list[Round]:
-    kernels = {(f, w): getattr(prg, ck.muladd_name(f, w)) for f in ck.FORMS for w in widths}
-    a, b = np.float32(0.999), np.float32(0.001)  # c <- c*a + b stays finite forever
+def _chain_rounds(m: _Meter, kernels: dict[Any, tuple[Any, int]], groups: int,
+                  args: tuple[Any, ...], rounds: int) -> list[dict[Any, float]]:
+    """GFLOP/s of chain kernels (`calibrate_kernels._chains_kernel`: key -> (kernel, vector
+    width)), each launch sized to FLOP_TARGET_S, in `rounds` rounds that launch every kernel
+    once (interleaved: a busy host slows a round's kernels alike)."""
     iters = {}
-    for key, k in kernels.items():
-        m.run(k, groups, a, b, np.int32(64))  # PoCL compiles a kernel on its first launch
-        t = m.run(k, groups, a, b, np.int32(2048))
+    for key, (k, _) in kernels.items():
+        m.run(k, groups, *args, np.int32(64))  # PoCL compiles a kernel on its first launch
+        t = m.run(k, groups, *args, np.int32(2048))
         iters[key] = _scaled(t, 2048, FLOP_TARGET_S, 256, 1 << 24)
-    rounds: list[Round] = []
-    for _ in range(ROUNDS):
+    out = []
+    for _ in range(rounds):
         r = {}
-        for (f, w), k in kernels.items():
-            t = m.run(k, groups, a, b, np.int32(iters[f, w]))
-            r[f, w] = 2 * ck.CHAINS * w * iters[f, w] * groups * m.local / t * 1e-9
-        rounds.append(r)
-    return rounds
+        for key, (k, w) in kernels.items():
+            t = m.run(k, groups, *args, np.int32(iters[key]))
+            r[key] = 2 * ck.CHAINS * w * iters[key] * groups * m.local / t * 1e-9
+        out.append(r)
+    return out
+
+
+def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) -> list[Round]:
+    kernels = {(f, w): (getattr(prg, ck.muladd_name(f, w)), w) for f in ck.FORMS for w in widths}
+    a, b = np.float32(0.999), np.float32(0.001)  # c <- c*a + b stays finite forever
+    return _chain_rounds(m, kernels, groups, (a, b), ROUNDS)
 
 
 def _access_rounds(m: _Meter, prg: Any, w: int, groups: int) -> list[tuple[float, float]]:
-    """GFLOP/s of the access kernels (vloadN, plain pointer), ROUNDS interleaved rounds."""
-    kernels = [getattr(prg, ck.access_name(f)) for f in ("vload", "plain")]
-    vectors = m.buffer(64 * w * 4)
-    b = np.float32(0.5)
-    iters = []
-    for k in kernels:
-        m.run(k, groups, vectors, b, np.int32(64))  # PoCL compiles a kernel on its first launch
-        iters.append(_scaled(m.run(k, groups, vectors, b, np.int32(2048)), 2048,
-                             FLOP_TARGET_S, 256, 1 << 24))
-    flops = [2 * ck.CHAINS * w * n * groups * m.local * 1e-9 for n in iters]
-    return [tuple(f / m.run(k, groups, vectors, b, np.int32(n))
-                  for k, n, f in zip(kernels, iters, flops, strict=True))
-            for _ in range(ACCESS_ROUNDS)]
+    """(vloadN, plain pointer) GFLOP/s of the access kernels, ACCESS_ROUNDS rounds."""
+    kernels = {f: (getattr(prg, ck.access_name(f)), w) for f in ACCESS_FORMS}
+    vectors = m.buffer(64 * w * 4)  # zeros: c <- c*0 + 0.5 stays finite
+    rounds = _chain_rounds(m, kernels, groups, (vectors, np.float32(0.5)), ACCESS_ROUNDS)
+    return [(r["vload"], r["plain"]) for r in rounds]
 
 
 def _exp_rate(m: _Meter, prg: Any, w: int, groups: int) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..plan.calibration import MULADD_FORMS
+from ..plan.calibration import ACCESS_FORMS, MULADD_FORMS
 
 FORMS = MULADD_FORMS
 WIDTHS = (1, 2, 4, 8, 16)
@@ -69,7 +69,7 @@ def access_kernels(w: int) -> str:
         _chains_kernel(access_name(form), w, "__global const float* a, const float b0, ",
                        "    const {t} b = ({t})(b0);\n", "x + {i}.0f", "{c} = {c} * v + b;",
                        first=f"const {t} v = {reads[form]};")
-        for form in ("vload", "plain"))
+        for form in ACCESS_FORMS)
 
 
 def read_kernels(w: int) -> str:
