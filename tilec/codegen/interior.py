@@ -138,13 +138,15 @@ def binding_lane(c, ci: int, env: dict[int, str]) -> dict[int, str]:
 
 def lane_edge(c) -> list[str]:
     """The edge body of contraction c (`_Contraction`) where a constraint mentions the
-    vector index (a padded pooling window's columns, `vector_candidates`): a point whose every
-    lane meets the constraints is updated as a vector; one that does not walks its lanes one
-    by one through a private copy of its accumulator, each read and updated under its
-    constraints.  Reads are in bounds where the constraints hold at a position inside the
-    index box (`plan.flatten`), so positions past an index's range (a partial last tile,
-    overshooting lanes) are tested too.  The interior (`Interior`, whose test covers every
-    lane of the tile) has no tests."""
+    vector index (a padded pooling window's columns, an NCHW depthwise convolution's:
+    `vector_candidates`): a point whose every lane meets the constraints is updated as a
+    vector; one whose vector reads stay inside their tensors is updated as a vector too and
+    keeps the lanes that meet them (`_masked_update`); any other walks its lanes one by one
+    through a private copy of its accumulator, each read and updated under its constraints.
+    Reads are in bounds where the constraints hold at a position inside the index box
+    (`plan.flatten`), so positions past an index's range (a partial last tile, overshooting
+    lanes) are tested too.  The interior (`Interior`, whose test covers every lane of the
+    tile) has no tests."""
     f, v, width = c.flat, c.v, c.W
     cons = [ci for ci, kind in enumerate(c.cons_kind) if kind != "red"]
     over = [k for k in c.out_idx if c.overhangs(k)]
@@ -159,6 +161,7 @@ def lane_edge(c) -> list[str]:
         whole += [f"({end if k == v else env[k]} < {f.ranges[k]})" for k in over]
         vector = c.update(f"a_{j}", [c.input_value(i, point, clamp=False)
                                      for i in range(len(f.inputs))])
+        masked = _masked_update(c, j, point, cons, over)
         env[v] = f"({env[v]} + l)"
         vals = [clexpr.load(buf(t.name), _lin([(t.strides[k], env[k])
                                                 for k in range(len(f.names))], t.offset),
@@ -166,9 +169,54 @@ def lane_edge(c) -> list[str]:
         conds = [c.constraint_text(ci, env) for ci in cons]
         conds += [f"({env[k]} < {f.ranges[k]})" for k in over]
         lane = c.update("e[l]", vals, lanes=1)
-        out += [f"if ({' && '.join(whole)}) {{ {vector} }} else {{",
-                f"    {_vec(c.ctype, width)} lv = a_{j}; {c.ctype}* e = ({c.ctype}*)&lv;",
+        walk = [f"    {_vec(c.ctype, width)} lv = a_{j}; {c.ctype}* e = ({c.ctype}*)&lv;",
                 f"    for (int l = 0; l < {width}; l += 1) if ({' && '.join(conds)}) "
                 f"{{ {lane} }}",
-                f"    a_{j} = lv;", "}"]
+                f"    a_{j} = lv;"]
+        out.append(f"if ({' && '.join(whole)}) {{ {vector} }} else")
+        if masked:
+            # The constraints without the vector index fail for every lane or none.
+            rest, inside, update = masked
+            out += [f"if ({rest}) {{", f"  if ({inside}) {{ {update} }} else {{",
+                    *walk, "  }", "}"]
+        else:
+            out += ["{", *walk, "}"]
     return out
+
+
+def _masked_update(c, j: int, point: tuple[int, ...], cons: list[int],
+                   over: list[int]) -> tuple[str, str, str] | None:
+    """(test of the constraints without the vector index, test of the reads, statement)
+    updating accumulator j at `point` as a whole vector and keeping the lanes that meet the
+    constraints on the vector index.  Where the constraints without it
+    hold and each vector read of the point lies inside its tensor, the lanes that fail read
+    neighbouring elements (the previous row's last columns, say) whose results the select
+    drops: an image's border columns then cost one vector update each instead of a walk
+    over the lanes.  None where a lane mask cannot select the accumulator's elements (not
+    32 bits wide) or no constraint mentions the vector index."""
+    f, v, width = c.flat, c.v, c.W
+    if c.ctype not in ("float", "int", "uint"):
+        return None
+    env = c.point_env(point)
+    lanes = ", ".join(str(n) for n in range(width))
+    lane_env = {**env, v: f"({env[v]} + (({_vec('int', width)})({lanes})))"}
+    mask = [c.constraint_text(ci, lane_env) for ci in cons if f.constraints[ci].coeffs[v]]
+    if v in over:
+        mask.append(f"({lane_env[v]} < {f.ranges[v]})")
+    if not mask:
+        return None
+    rest = [c.constraint_text(ci, env) for ci in cons if not f.constraints[ci].coeffs[v]]
+    rest += [f"({env[k]} < {f.ranges[k]})" for k in over if k != v]
+    inside = []
+    for t in f.inputs:
+        s = t.strides[v]
+        if s:
+            first = _lin([(t.strides[k], env[k]) for k in range(len(f.names))], t.offset)
+            last = f"{first} + {(width - 1) * s}"
+            inside += [f"({first if s > 0 else last} >= 0)",
+                     f"({last if s > 0 else first} < {t.size})"]
+    vals = [c.input_value(i, point, clamp=False) for i in range(len(f.inputs))]
+    update = c.update("nv", vals)
+    keep = " & ".join(mask)
+    return (" && ".join(rest) or "1", " && ".join(inside) or "1",
+            f"{_vec(c.ctype, width)} nv = a_{j}; {update} a_{j} = ({keep}) ? nv : a_{j};")

@@ -156,15 +156,38 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     `clexpr.load_strided`), behind every unit-stride candidate; an index of odd range, which
     no vector fits, is passed over unless its last tile can move back (`shift_fits`); a
     constrained output index of a one-input reduction comes last (CPU models)."""
+    scored = _vector_scores(flat, staged, cpu, products=False)
+    if not scored and cpu and len(flat.inputs) > 1 and not _relayable(flat):
+        # A product with no other candidate, and none a copy of one operand could make (an
+        # NCHW depthwise convolution: both inputs hold its channels apart), spreads its
+        # constrained output columns over lanes rather than run scalar code.
+        scored = _vector_scores(flat, staged, cpu, products=True)
+    return [k for *_, k in sorted(scored)]
+
+
+def _relayable(flat: FlatContraction) -> bool:
+    """Whether an unconstrained output index is read by one input only: a copy of that
+    input with the index last (`plan.pack`) makes it a vector candidate (an NCHW
+    convolution's output channels)."""
+    blocked = constrained(flat)
+    return any(sum(1 for t in flat.inputs if t.strides[k]) == 1
+               for k in flat.out_indices if k not in blocked)
+
+
+def _vector_scores(flat: FlatContraction, staged: bool, cpu: bool,
+                   products: bool) -> list[tuple]:
+    """`vector_candidates`' sort keys, one for each index that qualifies (`products`: a
+    constrained output index of a product may)."""
     blocked = constrained(flat)
     scored = []
     for k in range(len(flat.names)):
         # A constrained output index (padded pooling columns: `codegen.interior.lane_edge`)
-        # only where every output is written (hit flags are one a point, not a lane) and not
-        # in products: the model does not price the edge, and an NCHW convolution's pixels
-        # as lanes would displace its channels (`plan.pack`).
+        # only where every output is written (hit flags are one a point, not a lane) and,
+        # unless `products`, not in products: the model does not price the edge, and an NCHW
+        # convolution's pixels as lanes would displace its channels (`plan.pack`).
         if k in blocked and not (cpu and not staged and k in flat.out_indices
-                                 and flat.output_covered and len(flat.inputs) == 1):
+                                 and flat.output_covered
+                                 and (products or len(flat.inputs) == 1)):
             continue
         strides = [t.strides[k] for t in flat.inputs]
         if staged and flat.output.strides[k] == 1 and all(s >= 0 for s in strides):
@@ -182,7 +205,7 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
         pairs = sum(1 for s in strides if s == 2)
         scored.append((k in blocked, 0 if out == 1 else 1 if out == 0 else 2, pairs, -loads,
                        k))
-    return [k for *_, k in sorted(scored)]
+    return scored
 
 
 def _pow2_divisor(n: int, cap: int) -> int:
