@@ -80,21 +80,34 @@ def test_attention_with_each_form(form, base):
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
 
 
+# Rows of a length no vector divides (a scalar rest), several rows a work-group.
+ROW_CASES = {
+    "softmax_rows": ("""function (X[R, C]) -> (Y) {
+  M[r, 0 : R, 1] = >(X[r, c]);
+  E = exp(X - M);
+  S[r, 0 : R, 1] = +(E[r, c]);
+  Y = E / S;
+}""", {"X": (37, 203)}),
+}
+
+
 @needs_device
 @pytest.mark.parametrize("access", ["vload", "plain"])
 @pytest.mark.parametrize("name", ["matmul_odd", "matmul_panels", "conv_same_relu",
-                                  "conv_nchw_pad_bias_relu", "maxpool", "depthwise"])
+                                  "conv_nchw_pad_bias_relu", "maxpool", "depthwise",
+                                  "softmax", "softmax_rows"])
 def test_contraction_with_each_vector_access(access, name):
     """The calibration's vector access form (plan/calibration.choose_access) at the widest
-    vectors the device computes: vloadN/vstoreN, or pointers to the vector type."""
+    vectors the device computes: vloadN/vstoreN, or pointers to the vector type; row kernels
+    (softmax) too, their max as a compare and select where the access is plain."""
     from tilec.runtime.device import Runtime
 
     base = model(None, "mul_add")
     wide = min(16, Runtime.get(None).vector_limit or 16)
     hw = dataclasses.replace(base, vec_size=wide, vector_access=access)
-    src, shp = CASES[name]
+    src, shp = ROW_CASES[name] if name in ROW_CASES else CASES[name]
     exe = tilec.compile(src, shp, hw=hw)
-    body = "\n".join(s.text for s in exe.sources if s.kind == "contraction")
+    body = "\n".join(s.text for s in exe.sources if s.kind in ("contraction", "row"))
     pointer = "*((__global"
     if access == "plain":
         assert "vload" not in body and "vstore" not in body

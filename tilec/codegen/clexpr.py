@@ -89,6 +89,21 @@ def vector_access(buf: str, offset: str, dtype: str, width: int, const: bool = F
     return f"*((__global {ty}*)({buf} + ({offset})))"
 
 
+def plain_vector_access(hw) -> bool:
+    """Whether aligned global vectors are read and written as pointer dereferences rather than
+    vloadN/vstoreN on this hardware model (CPUs only: the unaligned form declares a clang
+    vector type).  Measured where calibrated (`hw.vector_access`: the calibration times both
+    forms; plan/calibration.py says which PoCL builds leave vloadN a library call that spills
+    every accumulator).  Otherwise: on CPUs whose widest vectors are narrower than 16 lanes
+    (the PyPI PoCL 3.0 on Zen 4 caps them at 8 and calls vloadN); where builtins are inlined
+    the two forms tie (the Xeon's PoCL 5.0, five calibrations), and vloadN stays."""
+    if hw.kind != "cpu":
+        return False
+    if hw.vector_access:
+        return hw.vector_access == "plain"
+    return hw.vec_size < 16
+
+
 def unaligned_type(dtype: str, width: int) -> str:
     """The name of `unaligned_typedef`'s vector type."""
     return f"{STORAGE[dtype]}{width}_u"

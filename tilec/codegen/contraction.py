@@ -18,6 +18,7 @@ from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained
 from . import clexpr, vector_finish
+from .clexpr import plain_vector_access
 from .address import kernel_args
 from .copy import vector_copy
 from .interior import Interior, lane_edge, steered_offset
@@ -834,18 +835,3 @@ def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.P
                         hw.muladd if hw is not None else "fma",
                         hw is not None and plain_vector_access(hw),
                         hw is not None and hw.kind == "cpu").render()
-
-
-def plain_vector_access(hw) -> bool:
-    """Whether aligned global vectors are read and written as pointer dereferences rather than
-    vloadN/vstoreN on this hardware model (CPUs only: the unaligned form declares a clang
-    vector type).  Measured where calibrated (`hw.vector_access`: the calibration times both
-    forms; plan/calibration.py says which PoCL builds leave vloadN a library call that spills
-    every accumulator).  Otherwise: on CPUs whose widest vectors are narrower than 16 lanes
-    (the PyPI PoCL 3.0 on Zen 4 caps them at 8 and calls vloadN); where builtins are inlined
-    the two forms tie (the Xeon's PoCL 5.0, five calibrations), and vloadN stays."""
-    if hw.kind != "cpu":
-        return False
-    if hw.vector_access:
-        return hw.vector_access == "plain"
-    return hw.vec_size < 16

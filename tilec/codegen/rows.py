@@ -20,6 +20,7 @@ from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, choose, share, vector_walk
 from ..plan.rows import RowKernel
 from . import clexpr
+from .clexpr import plain_vector_access
 from .kernel_text import (
     LANES,
     KernelArg,
@@ -33,8 +34,14 @@ from .kernel_text import (
 
 
 class _RowText:
-    def __init__(self, k: RowKernel, program: ir.Program, shape: RowShape):
+    def __init__(self, k: RowKernel, program: ir.Program, shape: RowShape,
+                 plain: bool = False):
         self.k, self.program, self.T, self.R = k, program, shape.threads, shape.rows
+        # Where vloadN/vstoreN and fmax/fmin are library calls (`clexpr.plain_vector_access`):
+        # vectors through a pointer to a declared vector type, max and min as a compare and
+        # a select.  One work-item a row only (CPU shapes).
+        self.plain = plain and shape.threads == 1
+        self.typedefs: dict[str, None] = {}
         self.tensors = program.tensors
         self.full, self.axes = k.full, set(k.axes)
         self.n = len(self.full)
@@ -78,8 +85,25 @@ class _RowText:
             return f"c_{name}[j]"
         t = self.tensors[name]
         along = bool(t.shape) and t.shape[-1] != 1  # varies along the (last) row axis
-        return clexpr.load(buf(name), self.offset(name, in_row), t.dtype,
-                           w if in_row and along else 1)
+        w = w if in_row and along else 1
+        return clexpr.load(buf(name), self.offset(name, in_row), t.dtype, w,
+                           unaligned=self.unaligned(t.dtype, w))
+
+    def unaligned(self, dtype: str, w: int) -> bool:
+        """Whether a vector of w elements of dtype goes through `clexpr.unaligned_typedef`
+        (declared at the kernel's head)."""
+        if not self.plain or w == 1 or dtype not in clexpr.VECTOR_ACCESS:
+            return False
+        self.typedefs[clexpr.unaligned_typedef(dtype, w)] = None
+        return True
+
+    def combine(self, agg: str, ctype: str, acc: str, value: str, w: int = 1) -> str:
+        """The statement folding `value` (w lanes) into accumulator `acc`."""
+        if self.plain and agg in "><" and ctype == "float":
+            # The contraction's CPU rule (`_Contraction.update`): a NaN read loses both ways.
+            return f"{{ const {_vec(ctype, w)} v_ = {value}; " \
+                f"{acc} = (v_ {agg} {acc}) ? v_ : {acc}; }}"
+        return f"{acc} = {_combine(agg, ctype, acc, value)};"
 
     # values --------------------------------------------------------------------------------
     def _ref(self, in_row: bool, w: int = 1):
@@ -190,14 +214,18 @@ class _RowText:
 
         def tail(w: int) -> list[str]:
             a = acc if w == 1 else f"v{acc}"
-            return [f"{a} = {_combine(op.agg, ctype, a, value(w))};"]
+            return [self.combine(op.agg, ctype, a, value(w), w)]
 
         ident = clexpr.identity(op.agg, dtype)
         lines = [f"{ctype} {acc} = {ident};  /* {op.text} */".replace("*/;", "*/")]
         if W > 1:
             lines.append(f"{ctype}{W} v{acc} = ({ctype}{W})({ident});")
         lines += self.walk({src}, tail)
-        if W > 1:  # the vector's lanes, then the scalar rest (already in acc)
+        if W > 1 and self.plain and op.agg in "><" and ctype == "float":
+            # Lane by lane: a tree of selects would repeat each operand's text.
+            lines += [self.combine(op.agg, ctype, acc, f"v{acc}.s{LANES[j]}")
+                      for j in range(W)]
+        elif W > 1:  # the vector's lanes, then the scalar rest (already in acc)
             lanes = [f"v{acc}.s{LANES[j]}" for j in range(W)]
             while len(lanes) > 1:  # a tree over the lanes
                 lanes = [_combine(op.agg, ctype, lanes[j], lanes[j + 1]).join("()")
@@ -240,7 +268,8 @@ class _RowText:
         spare = self.T > 1 and self.R > 1 and self.k.rows % self.R != 0
         if full_writes:
             stores = self.walk(set(full_writes), lambda w: [
-                clexpr.store(buf(n), self.offset(n, True), f"f_{n}", self.tensors[n].dtype, w)
+                clexpr.store(buf(n), self.offset(n, True), f"f_{n}", self.tensors[n].dtype, w,
+                             unaligned=self.unaligned(self.tensors[n].dtype, w))
                 for n in full_writes])
             lines += (["if (live) {"] + [f"    {x}" for x in stores] + ["}"]) if spare \
                 else stores
@@ -288,11 +317,12 @@ def row_source(k: RowKernel, program: ir.Program, hw: HwModel,
     ranked: list[RowShape] = []
     if shape is None:
         shape, ranked = choose(k, program, hw, threads)
-    t = _RowText(k, program, shape)
+    t = _RowText(k, program, shape, plain_vector_access(hw))
     T, R = t.T, t.R
     for name in set(k.reads()) | set(k.writes):
         check_int_offsets(f"tensor {name}", 0, program.tensors[name].size)
     decls, body = t.body()
+    decls = list(t.typedefs) + decls
     if T > 1 and R > 1:
         head = [f"const int lid = get_local_id(0) % {T};  /* {R} rows a work-group */"]
         if k.rows % R:
