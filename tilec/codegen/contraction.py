@@ -18,8 +18,8 @@ from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained
 from . import clexpr, vector_finish
-from .clexpr import plain_vector_access
 from .address import kernel_args
+from .clexpr import plain_vector_access
 from .copy import vector_copy
 from .interior import Interior, lane_edge, steered_offset
 from .kernel_text import (
