@@ -145,3 +145,24 @@ def test_every_row_shape_matches_the_reference(name, hw):
         outs = one.run(arrays, poison=True)
         v = one.check(one._inputs(arrays), outs)
         assert v.ok, (shape, v.worst)
+
+
+def test_softmax_computes_each_exp_once_on_a_cpu():
+    """One work-item a row: the sum's walk stores E in the output and the last walk reads it
+    back (`plan.row_shape.stashes`) instead of computing exp again; not in half precision
+    (E would be rounded), nor where the last walk does not need it (log-softmax), nor on a
+    GPU model's work-group a row."""
+    def row_text(src, shapes, hw, dtype="float32"):
+        exe = tile_compile(src, shapes, dtype=dtype, config=Config(hw=hw))
+        return next(s.text for s in exe.sources if s.kind == "row")
+
+    text = row_text(SOFTMAX, {"I": (8, 1003)}, "pocl-cpu")  # a vector loop and a rest
+    assert text.count("kept for the last walk */") == 2, text
+    body = text.split("__kernel")[1]
+    last = body.split("by an earlier walk")[1]
+    assert "exp(" not in last and body.count(" exp((") == 2, text
+    for src, shapes, hw, dtype in [
+            (SOFTMAX, {"I": (8, 1000)}, "pocl-cpu", "float16"),
+            (PROGRAMS["logsoftmax_builtin"][0], {"I": (8, 1000)}, "pocl-cpu", "float32"),
+            (SOFTMAX, {"I": (8, 1000)}, "nvidia-h100", "float32")]:
+        assert "kept for the last walk" not in row_text(src, shapes, hw, dtype)

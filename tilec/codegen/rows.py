@@ -17,7 +17,7 @@ import re
 
 from ..lang import ir
 from ..plan.hw import HwModel
-from ..plan.row_shape import RowShape, choose, share, vector_walk
+from ..plan.row_shape import RowShape, choose, share, stashes, vector_walk
 from ..plan.rows import RowKernel
 from . import clexpr
 from .clexpr import plain_vector_access
@@ -62,6 +62,11 @@ class _RowText:
             [op.inputs[0].tensor] if isinstance(op, ir.Contraction) else ir.expr_refs(op.expr)))}
         self.cached = sorted(n for n in names if n not in self.stmt
                              and self.tensors[n].shape == self.full) if self.K else []
+        # Statements a reduction's walk stores in an output for the last walk to read back
+        # (`plan.row_shape.stashes`): a work-item that owns its rows only.
+        self.stash = stashes(k, program) if self.T == 1 and not self.K else {}
+        self.stored: set[str] = set()  # the stashes an earlier walk stored
+        self._last = False
 
     # offsets -------------------------------------------------------------------------------
     def offset(self, name: str, in_row: bool) -> str:
@@ -115,28 +120,40 @@ class _RowText:
             return self.load(name, in_row, w)
         return ref
 
-    def needed(self, names: set[str]) -> list[str]:
-        """The full statements `names` depend on, in program order."""
+    def needed(self, names: set[str], loaded: set[str] = frozenset()) -> list[str]:
+        """The full statements `names` depend on, in program order (`loaded`: read back
+        from their stash, so not what they depend on)."""
         need, todo = set(), list(names)
         while todo:
             n = todo.pop()
             if n in self.full_names and n not in need:
                 need.add(n)
-                todo += list(ir.expr_refs(self.stmt[n].expr))
+                if n not in loaded:
+                    todo += list(ir.expr_refs(self.stmt[n].expr))
         return [n for n in self.full_names if n in need]
 
-    def walk(self, targets: set[str], tail) -> list[str]:
+    def walk(self, targets: set[str], tail, last: bool = False) -> list[str]:
         """Loops over the row's elements computing what `targets` need, then `tail(w)` (lines
         for values w elements wide): a vector loop and a scalar one for the rest, or one loop
-        (strided by the row's threads)."""
+        (strided by the row's threads).  A reduction's walk stores the stashes it computes;
+        the `last` walk reads them back."""
         L, W = self.k.length, self.W
+        self._last = last
         if self.K:
             return self._loop(f"int j = 0; j < {self.K}; ++j", targets, tail(1), 1,
                               unrolled=True)
         if W == 1:
             step = "++p" if self.T == 1 else f"p += {self.T}"
-            return self._loop(f"int p = {'lid' if self.T > 1 else '0'}; p < {L}; {step}",
-                              targets, tail(1), 1)
+            out = self._loop(f"int p = {'lid' if self.T > 1 else '0'}; p < {L}; {step}",
+                             targets, tail(1), 1)
+        else:
+            out = self._vector_loops(targets, tail)
+        if not last:
+            self.stored |= {n for n in self.needed(targets) if n in self.stash}
+        return out
+
+    def _vector_loops(self, targets: set[str], tail) -> list[str]:
+        L, W = self.k.length, self.W
         main = L - L % W
         out = self._loop(f"int p = 0; p < {main}; p += {W}", targets, tail(W), W)
         if main < L:
@@ -146,12 +163,23 @@ class _RowText:
     def _loop(self, head: str, targets: set[str], tail: list[str], w: int,
               unrolled: bool = False) -> list[str]:
         lines = []
-        for n in self.needed(targets):
+        loaded = self.stored if self._last else set()
+        for n in self.needed(targets, loaded):
             op = self.stmt[n]
             ctype = _vec(clexpr.COMPUTE[self.tensors[n].dtype], w)
+            if n in loaded:
+                o = self.stash[n]
+                lines.append(f"    const {ctype} f_{n} = {self.load(o, True, w)};  "
+                             f"/* {n}, stored in {o} by an earlier walk */")
+                continue
             text = clexpr.expr(op.expr, self._ref(True, w))
             lines.append(f"    const {ctype} f_{n} = {text};  /* {op.text} */"
                          .replace("*/;", "*/"))
+            if n in self.stash and not self._last and n not in self.stored:
+                o, dt = self.stash[n], self.tensors[n].dtype
+                keep = clexpr.store(buf(o), self.offset(o, True), f"f_{n}", dt, w,
+                                    unaligned=self.unaligned(dt, w))
+                lines.append(f"    {keep}  /* kept for the last walk */")
         lines += [f"    {t}" for t in tail]
         coords = [f"    {c}" for c in _used(self.elem_coords(), "\n".join(lines))]
         if not unrolled:
@@ -270,7 +298,7 @@ class _RowText:
             stores = self.walk(set(full_writes), lambda w: [
                 clexpr.store(buf(n), self.offset(n, True), f"f_{n}", self.tensors[n].dtype, w,
                              unaligned=self.unaligned(self.tensors[n].dtype, w))
-                for n in full_writes])
+                for n in full_writes], last=True)
             lines += (["if (live) {"] + [f"    {x}" for x in stores] + ["}"]) if spare \
                 else stores
         row_writes = [n for n in self.k.writes if n not in self.full_names]

@@ -161,10 +161,53 @@ def _ops(e: ir.Expr, exp_ops: float, along) -> float:
     return own + sum(_ops(a, exp_ops, along) for a in e.args)
 
 
-def _walks(k: RowKernel, program: ir.Program, exp_ops: float) -> list[tuple[float, bool]]:
-    """Per walk over the row: (operations an element, whether it feeds a reduction)."""
+def stashes(k: RowKernel, program: ir.Program) -> dict[str, str]:
+    """Full-shape statements with a transcendental (softmax's `E = exp(X - M)`) that a
+    reduction's walk computes and the last walk needs again, each with the output the kernel
+    writes in that last walk (`Y = E / S`) of its shape and 32-bit float type: the reduction's
+    walk stores the statement there and the last walk reads it back before overwriting the
+    element with the output's value, so each exp is computed once instead of twice (a row
+    of a few thousand elements stays in L1 between the walks).  For kernels whose work-item
+    owns its rows (`RowShape.threads` 1, rows walked: not `share`d); the code generator
+    applies it there."""
+    stmt = {op.output: op for op in k.ops}
+    full = full_statements(k, program)
+    t = program.tensors
+
+    def needed(names) -> set[str]:
+        need, todo = set(), list(names)
+        while todo:
+            x = todo.pop()
+            if x in full and x not in need:
+                need.add(x)
+                todo += list(ir.expr_refs(stmt[x].expr))
+        return need
+
+    def transcendental(e: ir.Expr) -> bool:
+        return isinstance(e, ir.Op) and (e.op in _TRANSCENDENTAL or
+                                         any(transcendental(a) for a in e.args))
+
+    writes = [n for n in k.writes if n in full]
+    reduced = set().union(*[needed({op.inputs[0].tensor}) for op in k.ops
+                            if isinstance(op, ir.Contraction)])
+    last = needed(set(writes))
+    free = [o for o in writes if t[o].dtype == "float32"]
+    out: dict[str, str] = {}
+    for n in full:
+        if n in k.writes or n not in reduced or n not in last or not free or \
+                t[n].dtype != "float32" or not transcendental(stmt[n].expr):
+            continue
+        out[n] = free.pop(0)
+    return out
+
+
+def _walks(k: RowKernel, program: ir.Program, exp_ops: float,
+           stashed: bool = False) -> list[tuple[float, bool]]:
+    """Per walk over the row: (operations an element, whether it feeds a reduction);
+    `stashed`: the last walk reads the `stashes` back instead of computing them."""
     stmt = {op.output: op for op in k.ops}
     full = set(full_statements(k, program))
+    kept = stashes(k, program) if stashed else {}
     n = len(k.full)
 
     def along(name: str) -> bool:  # the tensor varies along the row's axes
@@ -173,20 +216,22 @@ def _walks(k: RowKernel, program: ir.Program, exp_ops: float) -> list[tuple[floa
         shape = (1,) * (n - len(program.tensors[name].shape)) + program.tensors[name].shape
         return any(shape[d] > 1 for d in k.axes)
 
-    def cost(names: set[str]) -> float:
+    def cost(names: set[str], loaded=()) -> float:
         need, todo = set(), list(names)
         while todo:
             x = todo.pop()
             if x in full and x not in need:
                 need.add(x)
-                todo += list(ir.expr_refs(stmt[x].expr))
-        return sum(_ops(stmt[x].expr, exp_ops, along) for x in need)
+                if x not in loaded:
+                    todo += list(ir.expr_refs(stmt[x].expr))
+        # A stash costs its store in the reduction's walk and its load in the last one.
+        return sum(1.0 if x in loaded else _ops(stmt[x].expr, exp_ops, along) for x in need)
 
-    out = [(cost({op.inputs[0].tensor}) + 1.0, True) for op in k.ops
+    out = [(cost({op.inputs[0].tensor}) + 1.0 + len(kept), True) for op in k.ops
            if isinstance(op, ir.Contraction)]
     writes = [n for n in k.writes if n in full] or [n for n in k.produces if n in full][-1:]
     if writes:
-        out.append((cost(set(writes)), False))
+        out.append((cost(set(writes), set(kept)), False))
     return out
 
 
@@ -277,7 +322,7 @@ def _cpu_terms(k, program, hw, shape, coeff, full_in, dram) -> dict[str, float]:
         # step: a W-lane exp takes W / (lanes a core-cycle) cycles.
         lanes_per_cycle = hw.exp_gops * 1e9 / (cores * clock)
         exp_ops = W / lanes_per_cycle * coeff.ops_per_cycle / max(1.0, W / full_speed)
-    walks = _walks(k, program, exp_ops)
+    walks = _walks(k, program, exp_ops, stashed=shape.threads == 1 and not share(k, 1))
     for ops, reduces in walks:
         # A W-wide vector narrower than the full-speed width takes one instruction; wider
         # ones take W / full_speed.
