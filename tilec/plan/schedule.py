@@ -1,7 +1,11 @@
 """How a chosen tile becomes work: threads per output index, the vectorised index and its width,
 when the output threads leave most of the work-group idle a reduction index split over threads
 too (`split_reduction`), and, when inputs are staged in local memory, each input's staged region
-(PlaidML's merged load indices with the padded local layout from `layout`)."""
+(PlaidML's merged load indices with the padded local layout from `layout`).
+
+Long (over 500 lines) because these choices are made together for one tile: the vector index
+decides the threads and runs, which decide the staged regions, and the cost model and the
+predictions call the same rules (`vector_candidates`, `moves_back`) to price what this builds."""
 
 from __future__ import annotations
 
@@ -139,7 +143,7 @@ def shift_fits(flat: FlatContraction, k: int, tile_k: int, cpu: bool) -> bool:
 
 
 def vector_candidates(flat: FlatContraction, staged: bool = False,
-                      cpu: bool = False) -> list[int]:
+                      cpu: bool = False, masked: bool = True) -> list[int]:
     """Indices that can be spread over vector lanes, best first.
 
     An index qualifies when no constraint mentions it (a lane mask per point would be needed)
@@ -155,9 +159,11 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     an output index at stride 2 (a stride-2 window's columns: two vector reads and a shuffle,
     `clexpr.load_strided`), behind every unit-stride candidate; an index of odd range, which
     no vector fits, is passed over unless its last tile can move back (`shift_fits`); a
-    constrained output index of a one-input reduction comes last (CPU models)."""
+    constrained output index of a one-input reduction comes last (CPU models), and one of a
+    product only where nothing else qualifies and `masked` (inputs read from global memory,
+    where `interior.lane_edge` masks the border's lanes)."""
     scored = _vector_scores(flat, staged, cpu, products=False)
-    if not scored and cpu and len(flat.inputs) > 1 and not _relayable(flat):
+    if not scored and cpu and masked and len(flat.inputs) > 1 and not _relayable(flat):
         # A product with no other candidate, and none a copy of one operand could make (an
         # NCHW depthwise convolution: both inputs hold its channels apart), spreads its
         # constrained output columns over lanes rather than run scalar code.
@@ -241,14 +247,15 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     forms = use_local and (gpu_forms if gpu_forms is not None else hw.kind == "gpu")
     budget = hw.threads if threads is None else threads
     cpu = hw.kind == "cpu"
-    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True, cpu)
+    vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, True, cpu,
+                                               use_local)
     if forms and run is None and vec_index is not None and any(
             t.strides[vec_index] not in (0, 1) for t in flat.inputs):
         # A gathered vector index pays (transposing copies, small register tiles) only with
         # runs beside it, the matmul form: without, the seed conv at N=1 224x224 ran 0.209 ms
         # against 0.186 with its vectors along ci.
         vec_index, lanes, th, run = _register_tile(flat, tile, width, budget, forms, False,
-                                                   cpu)
+                                                   cpu, use_local)
     staged = tuple(
         None if not use_local else
         stage_input(flat, tuple(tile), i, run.index, RUN) if run is not None and i == run.input
@@ -326,13 +333,14 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
 
 
 def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, budget: int,
-                   forms: bool, gathered: bool, cpu: bool = False):
+                   forms: bool, gathered: bool, cpu: bool = False, local: bool = False):
     """(vector index, lanes, threads per index, runs) for a tile: the first vector candidate
     (`gathered`: one an input holds at another stride may be, `vector_candidates`) and the
     first run candidate whose thread split leaves each thread whole runs along it."""
     vec_index, lanes = None, 1
     if width > 1:
-        for k in vector_candidates(flat, staged=forms and gathered, cpu=cpu):
+        # Masked lanes in products (`interior.lane_edge`) read global memory: not staged.
+        for k in vector_candidates(flat, staged=forms and gathered, cpu=cpu, masked=not local):
             w = _pow2_divisor(tile[k], width)
             if not shift_fits(flat, k, tile[k], cpu):
                 w = min(w, _pow2_divisor(flat.ranges[k], width))
