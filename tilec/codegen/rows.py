@@ -17,7 +17,7 @@ import re
 
 from ..lang import ir
 from ..plan.hw import HwModel
-from ..plan.row_shape import RowShape, choose, share, stashes, vector_walk
+from ..plan.row_shape import RowShape, choose, depends, share, stashes, vector_walk
 from ..plan.rows import RowKernel
 from . import clexpr
 from .clexpr import plain_vector_access
@@ -123,13 +123,7 @@ class _RowText:
     def needed(self, names: set[str], loaded: set[str] = frozenset()) -> list[str]:
         """The full statements `names` depend on, in program order (`loaded`: read back
         from their stash, so not what they depend on)."""
-        need, todo = set(), list(names)
-        while todo:
-            n = todo.pop()
-            if n in self.full_names and n not in need:
-                need.add(n)
-                if n not in loaded:
-                    todo += list(ir.expr_refs(self.stmt[n].expr))
+        need = depends(self.stmt, self.full_names, names, loaded)
         return [n for n in self.full_names if n in need]
 
     def walk(self, targets: set[str], tail, last: bool = False) -> list[str]:

@@ -161,6 +161,19 @@ def _ops(e: ir.Expr, exp_ops: float, along) -> float:
     return own + sum(_ops(a, exp_ops, along) for a in e.args)
 
 
+def depends(stmt: dict, full, names, loaded=()) -> set[str]:
+    """The full statements among `full` that `names` depend on, themselves included (those
+    in `loaded`, read back from a stash, without what they depend on)."""
+    need, todo = set(), list(names)
+    while todo:
+        x = todo.pop()
+        if x in full and x not in need:
+            need.add(x)
+            if x not in loaded:
+                todo += list(ir.expr_refs(stmt[x].expr))
+    return need
+
+
 def stashes(k: RowKernel, program: ir.Program) -> dict[str, str]:
     """Full-shape statements with a transcendental (softmax's `E = exp(X - M)`) that a
     reduction's walk computes and the last walk needs again, each with the output the kernel
@@ -175,13 +188,7 @@ def stashes(k: RowKernel, program: ir.Program) -> dict[str, str]:
     t = program.tensors
 
     def needed(names) -> set[str]:
-        need, todo = set(), list(names)
-        while todo:
-            x = todo.pop()
-            if x in full and x not in need:
-                need.add(x)
-                todo += list(ir.expr_refs(stmt[x].expr))
-        return need
+        return depends(stmt, full, names)
 
     def transcendental(e: ir.Expr) -> bool:
         return isinstance(e, ir.Op) and (e.op in _TRANSCENDENTAL or
@@ -217,13 +224,7 @@ def _walks(k: RowKernel, program: ir.Program, exp_ops: float,
         return any(shape[d] > 1 for d in k.axes)
 
     def cost(names: set[str], loaded=()) -> float:
-        need, todo = set(), list(names)
-        while todo:
-            x = todo.pop()
-            if x in full and x not in need:
-                need.add(x)
-                if x not in loaded:
-                    todo += list(ir.expr_refs(stmt[x].expr))
+        need = depends(stmt, full, names, loaded)
         # A stash costs its store in the reduction's walk and its load in the last one.
         return sum(1.0 if x in loaded else _ops(stmt[x].expr, exp_ops, along) for x in need)
 
