@@ -102,6 +102,13 @@ class _Contraction:
         self.pipe = Pipeline(self) if sched.pipeline else None
         self.copies: dict[int, dict] = {}  # per staged input: how it is copied (`pipeline`)
         self.typedefs: dict[str, None] = {}  # the vector types unaligned accesses use
+        # A sweep (`plan.sweep`) where the kernel reads through the cache, one output element
+        # a point, nothing settled at the end but the sums: the partial sums kept between
+        # reduction blocks are then the whole state of a tile.
+        self.sweep = sched.sweep if (
+            sched.sweep is not None and self.interior_split and not self.pipe and
+            not self.split and sched.run is None and not (sched.staged and any(sched.staged))
+            and not sched.dot and not self.need_hit and kernel.op.default is None) else None
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -297,8 +304,14 @@ class _Contraction:
     def prologue(self) -> list[str]:
         f, s = self.flat, self.sched
         out = ["int grp = get_group_id(0);"]
+        swept = self.sweep.index if self.sweep else None
         for k in s.group_order or self.out_idx:
             n = f.names[k]
+            if k == swept:  # the work-item's first tile; the sweep loop steps through them
+                many = self.counts[k] // self.sweep.tiles
+                out.append(f"const int g_{n} = (grp % {many}) * "
+                           f"{s.tile[k] * self.sweep.tiles}; grp /= {many};")
+                continue
             origin = f"(grp % {self.counts[k]}) * {s.tile[k]}"
             if s.shifted(k):  # the last tile ends at the range's end (`Schedule.shift`)
                 origin = f"min({origin}, {f.ranges[k] - s.tile[k]})"
@@ -313,9 +326,15 @@ class _Contraction:
             out.append(f"const int h_{n} = thr % {s.threads[k]}; thr /= {s.threads[k]};")
         if self.split and not self.split.rank_first:
             out.append(self.split.rank_line())
+        self.sweep_positions: list[str] = []
         for k in self.out_idx:
             n = f.names[k]
             lanes = self.W if k == self.v else 1
+            if k == swept:
+                lines = self.sweep_positions
+                lines.append(f"const int o_{n} = g_{n} + s_{n} * {s.tile[k]};")
+            else:
+                lines = out
             for a in range(self.acc[k]):
                 rel = f"(h_{n} + {a * s.threads[k]})" if a else f"h_{n}"
                 rel = f"{rel} * {lanes}" if lanes > 1 else rel
@@ -323,10 +342,10 @@ class _Contraction:
                     rel = run_point(a, s.threads[k], f"h_{n}")
                 if s.ragged(k):
                     # Past the tile's end: redo its last point (in bounds, never stored).
-                    out.append(f"const int {self.rel(k, a, raw=True)} = {rel};")
+                    lines.append(f"const int {self.rel(k, a, raw=True)} = {rel};")
                     rel = f"min({self.rel(k, a, raw=True)}, {s.tile[k] - lanes})"
-                out.append(f"const int {self.rel(k, a)} = {rel};")
-                out.append(f"const int {self.pos(k, a)} = o_{n} + {self.rel(k, a)};")
+                lines.append(f"const int {self.rel(k, a)} = {rel};")
+                lines.append(f"const int {self.pos(k, a)} = o_{n} + {self.rel(k, a)};")
         return out
 
     def acc_type(self) -> str:
@@ -336,10 +355,35 @@ class _Contraction:
         init = clexpr.identity(self.flat.agg, self.dtype)
         if self.W > 1:
             init = f"(({self.acc_type()})({init}))"
+        if self.sweep:  # partial sums of every swept tile; the registers come per tile
+            return [f"{self.acc_type()} part[{self.sweep.tiles * len(self.points)}];"]
         out = [f"{self.acc_type()} a_{j} = {init};" for j in range(len(self.points))]
         if self.need_hit:
             out += [f"int hit_{j} = 0;" for j in range(len(self.points))]
         return out
+
+    def sweep_parts(self, outer: list[dict], epilogue: list[str]) -> dict | None:
+        """The sweep loop's head (the tile's positions, its accumulators: zero in the first
+        reduction block, its partial sums after) and tail (partial sums kept, or in the last
+        block the epilogue)."""
+        if not self.sweep:
+            return None
+        n, p = self.flat.names[self.sweep.index], len(self.points)
+        init = clexpr.identity(self.flat.agg, self.dtype)
+        if self.W > 1:
+            init = f"(({self.acc_type()})({init}))"
+        first = " && ".join(f"{lp['var']} == 0" for lp in outer)
+        last = " && ".join(f"{lp['var']} == {(-(-lp['end'] // lp['step']) - 1) * lp['step']}"
+                           for lp in outer)
+        head = list(self.sweep_positions)
+        head += [f"{self.acc_type()} a_{j} = ({first}) ? {init} : part[s_{n} * {p} + {j}];"
+                 for j in range(p)]
+        tail = [f"if (!({last})) {{"]
+        tail += [f"    part[s_{n} * {p} + {j}] = a_{j};" for j in range(p)]
+        tail += ["} else {", "    /* Finish each output element: empty-element default, "
+                 "post-ops, stores. */"]
+        tail += ["    " + ln for ln in epilogue] + ["}"]
+        return {"var": f"s_{n}", "tiles": self.sweep.tiles, "head": head, "tail": tail}
 
     def loops(self) -> tuple[list[dict], list[dict]]:
         f, s = self.flat, self.sched
@@ -765,8 +809,14 @@ class _Contraction:
             combine, epilogue = self.split.combine(), self.split.wrap(epilogue)
         outer, inner = self.loops()
         inside = Interior(self) if Interior.applies(self) else None
+        prologue = self.prologue()  # (the sweep's positions come from it)
+        sweep = self.sweep_parts(outer, epilogue)
+        if sweep:
+            epilogue = []
         wg = s.wg_threads
         groups = prod(self.counts[k] for k in self.out_idx)
+        if self.sweep:
+            groups //= self.sweep.tiles
         tile = dict(zip(f.names, s.tile, strict=True))
         comment = [k_.op.text, ""]
         comment += [f"tile: {', '.join(f'{n}={t}' for n, t in tile.items())}",
@@ -786,6 +836,8 @@ class _Contraction:
         if self.split:
             comment.append(f"split reduction: {s.split} threads along {f.names[s.split_index]}"
                            f" per output thread, combined in local memory")
+        if self.sweep:
+            comment.append(self.sweep.describe(f, s.tile[self.sweep.index]))
         if k_.post_ops:
             comment.append("post-ops: " + "; ".join(p.text for p in k_.post_ops))
         comment += [""] + f.table().splitlines()
@@ -796,13 +848,14 @@ class _Contraction:
             "title": f"{k_.name}: contraction kernel generated by tilec",
             "comment": [ln.replace("*/", "* /") for ln in comment],
             "name": k_.name, "args": [arg_decl(a) for a in args], "wg": wg,
-            "prologue": self.prologue() + staging_pre, "accumulators": self.accumulators(),
+            "prologue": prologue + staging_pre, "accumulators": self.accumulators(),
             "local_buffers": bufs, "staging": staging, "outer": outer, "inner": inner,
             "body": self.body(inside), "combine": combine, "epilogue": epilogue,
             "interior": None if inside is None else {
                 "at": inside.at, "head": inside.head(), "cond": inside.cond,
                 "body": self.body(inside, clean=True)},
             "pipe": self.pipe.parts(self.copies) if self.pipe else None,
+            "sweep": sweep,
         }
         ctx["prologue"] = list(self.typedefs) + ctx["prologue"]  # known once all is written
         text = template_env().get_template("contraction.cl.j2").render(k=ctx)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
 from .hw import HwModel
+from .sweep import Sweep, choose_sweep
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Schedule:
     # Every point is then inside the ranges: no store masks, no clamped reads for a partial
     # tile, and vectors along an index whose range they do not divide (NCHW's 55x55 images).
     shift: bool = False
+    # CPU models: one work-item runs several register tiles along an output index, each
+    # reduction block at a time (`sweep.choose_sweep`); None: one tile a work-item.
+    sweep: Sweep | None = None
 
     def shifted(self, k: int) -> bool:
         """Whether output index k's last tile is moved back (`shift`)."""
@@ -91,8 +95,16 @@ class Schedule:
         return self.vec_index is not None and self.vec_index in self.flat.reduce_indices
 
     def counts(self) -> tuple[int, ...]:
-        """Tiles along each index: work-groups for output indices, loop trips otherwise."""
+        """Tiles along each index: work-groups for output indices (times `sweep`'s tiles
+        along its index), loop trips otherwise."""
         return tuple(-(-r // t) for r, t in zip(self.flat.ranges, self.tile, strict=True))
+
+    def groups(self) -> int:
+        """Work-groups: output tiles, less the tiles a sweep runs in one work-item."""
+        n = 1
+        for k in self.flat.out_indices:
+            n *= self.counts()[k]
+        return n // self.sweep.tiles if self.sweep else n
 
     def units(self, k: int) -> int:
         """Points of index k each work-group spreads over its threads (vectors count once)."""
@@ -286,6 +298,13 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         sched = replace(sched, group_order=cpu_group_order(flat, tuple(tile),
                                                            hw.l1_bytes or 32 * 1024),
                         shift=distinct_points(flat))
+        if sched.split == 1 and not any(staged):
+            points = 1
+            for k in flat.out_indices:
+                points *= sched.acc_counts()[k]
+            sched = replace(sched, sweep=choose_sweep(
+                flat, tuple(tile), hw, vec_index=vec_index, lanes=lanes, acc_points=points,
+                es=4, groups=sched.groups()))
     return replace(sched, rolled=True) if variant == ROLLED else sched
 
 
