@@ -125,7 +125,9 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
                    + (f"; {k.flat.inputs[s.run.input].name} read in vectors of 4 points along "
                       f"{names[s.run.index]}" if s.run is not None else "")
                    + ("; reduction loop pipelined (next tile read during this one, local "
-                      "tiles double-buffered)" if s.pipeline else ""))
+                      "tiles double-buffered)" if s.pipeline else "")
+                   + (f"; {s.sweep.describe(k.flat, chosen[s.sweep.index])}" if s.sweep
+                      else ""))
         out.append("")
     if cost_log:
         # Each kernel's part in one file: a searched kernel's with its predictions.
