@@ -351,10 +351,13 @@ class _Contraction:
     def acc_type(self) -> str:
         return _vec(self.ctype, self.W)
 
-    def accumulators(self) -> list[str]:
+    def acc_init(self) -> str:
+        """An accumulator's starting value: the aggregation's identity, as a vector."""
         init = clexpr.identity(self.flat.agg, self.dtype)
-        if self.W > 1:
-            init = f"(({self.acc_type()})({init}))"
+        return f"(({self.acc_type()})({init}))" if self.W > 1 else init
+
+    def accumulators(self) -> list[str]:
+        init = self.acc_init()
         if self.sweep:  # partial sums of every swept tile; the registers come per tile
             return [f"{self.acc_type()} part[{self.sweep.tiles * len(self.points)}];"]
         out = [f"{self.acc_type()} a_{j} = {init};" for j in range(len(self.points))]
@@ -369,9 +372,7 @@ class _Contraction:
         if not self.sweep:
             return None
         n, p = self.flat.names[self.sweep.index], len(self.points)
-        init = clexpr.identity(self.flat.agg, self.dtype)
-        if self.W > 1:
-            init = f"(({self.acc_type()})({init}))"
+        init = self.acc_init()
         first = " && ".join(f"{lp['var']} == 0" for lp in outer)
         last = " && ".join(f"{lp['var']} == {(-(-lp['end'] // lp['step']) - 1) * lp['step']}"
                            for lp in outer)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
 from .hw import HwModel
-from .sweep import Sweep, choose_sweep
+from .sweep import Sweep, choose_sweep, panel_elems
 
 
 @dataclass(frozen=True)
@@ -323,15 +323,8 @@ def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
     if not flat.inputs or not outs:
         return None
 
-    def panel(t) -> int:
-        n = 1
-        for k, st in enumerate(t.strides):
-            if st:
-                n *= tile[k] if k in outs else flat.ranges[k]
-        return n
-
-    big = max(flat.inputs, key=panel)
-    if not _contiguous(big, flat, tile) or 4 * panel(big) <= l1_bytes:
+    big = max(flat.inputs, key=lambda t: panel_elems(flat, t, tile))
+    if not _contiguous(big, flat, tile) or 4 * panel_elems(flat, big, tile) <= l1_bytes:
         # A strided panel does not stay whole in a set-associative cache anyway; one that
         # fits L1 stays there in any order.
         return None
