@@ -53,6 +53,24 @@ def test_kernels_differing_in_code_stay_apart():
     assert canonical(_kernel("k", "X", "Y"), {"X"}) != canonical(_kernel("k", "X", "W"), {"X"})
 
 
+def test_names_with_lane_suffixes_are_renamed_as_their_tensors():
+    # Epilogue values are named after their tensor with a lane or copy suffix (`v_Y_0`):
+    # kernels that differ only in those still share, and the suffix is kept apart from the
+    # name.
+    body = "const float v_{b}_0 = 2.0f * b_{a}[i]; b_{b}[i] = v_{b}_0;"
+    tensors = {"X", "Y", "Z", "W"}
+    one, two = _kernel("k_Y", "X", "Y", body), _kernel("k_W", "Z", "W", body)
+    assert canonical(one, tensors) == canonical(two, tensors)
+    assert share_kernels([one, two], tensors).distinct == 1
+    # A tensor whose name ends in a number is renamed whole, and code that differs apart
+    # from names still keeps kernels apart.
+    assert "v_$1_0" in canonical(one, tensors)
+    assert "v_$1 " in canonical(_kernel("k", "X", "W_0", body.replace("v_{b}_0", "v_{b}")),
+                                 {"X", "W", "W_0"})
+    other = _kernel("k_V", "Z", "W", body.replace("2.0f", "3.0f"))
+    assert share_kernels([one, other], tensors).distinct == 2
+
+
 def _blocks(n: int, channels: int = 4, size: int = 6) -> tuple[Graph, dict, np.ndarray]:
     """`n` identical conv + bias + relu blocks with their own weights."""
     g = Graph("blocks")
@@ -153,6 +171,11 @@ def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path):
     got = exe.run({"input": x}, poison=True)["output"]
     inner = exe.last.executable
     assert len(set(inner.entries.values())) < len(inner.kernels)
+    # The repeated block's convolutions (bias and relu fused, epilogue values named after
+    # their tensors) run one function.
+    for conv in ("relu_Relu", "conv2_Conv"):
+        first = inner.entries[f"contract_T_layer1_layer1_0_{conv}_output_0_acc"]
+        assert inner.entries[f"contract_T_layer1_layer1_1_{conv}_output_0_acc"] == first
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (ref,) = sess.run(None, {"input": x})
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(ref).max()))

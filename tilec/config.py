@@ -65,3 +65,10 @@ class Config:
     records_path: Path | None = None
     rtol: float = 1e-3
     atol: float = 1e-4
+
+    def __post_init__(self):
+        # Paths may be given as strings (as a user writes them); every stage reads them as Path.
+        for name in ("cache_dir", "records_path"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Path(value))

@@ -481,3 +481,10 @@ def test_two_processes_building_the_same_kernel(tmp_path):
     assert no_temporaries(cache)
     fields = cache.entries()[0].fields
     assert fields is not None and cache.load(path, fields) is not None
+
+
+def test_cache_paths_given_as_strings_are_paths(tmp_path):
+    # A user writes `Config(cache_dir="/some/dir")`: every stage joins paths onto it.
+    cfg = Config(cache_dir=str(tmp_path), records_path=str(tmp_path / "t.jsonl"))
+    assert cfg.cache_dir == tmp_path and cfg.records_path == tmp_path / "t.jsonl"
+    assert Config().cache_dir is None

@@ -43,10 +43,16 @@ def canonical(source: KernelSource, tensors: Container[str]) -> str:
     alias: dict[str, str] = {}
 
     def rename(m: re.Match) -> str:
-        name = m.group(2)
-        if name not in tensors:
-            return m.group(0)
-        return f"{m.group(1)}_${alias.setdefault(name, str(len(alias)))}"
+        # A generated name may carry numeric suffixes after the tensor's (`v_X_0`, the lane or
+        # copy of an epilogue value): the longest prefix that names a tensor is renamed and
+        # the suffixes kept, so the renaming stays one-to-one.
+        name, suffix = m.group(2), ""
+        while name not in tensors:
+            head, sep, tail = name.rpartition("_")
+            if not sep or not head or not tail.isdigit():
+                return m.group(0)
+            name, suffix = head, f"_{tail}{suffix}"
+        return f"{m.group(1)}_${alias.setdefault(name, str(len(alias)))}{suffix}"
 
     return _TENSOR_IDENT.sub(rename, text)
 
