@@ -94,7 +94,7 @@ def write_bundle(exe, path: str | os.PathLike[str]) -> str:
     from .version import __version__
 
     program = exe.program
-    binary = exe.runtime.binary_of(exe._cl_program)
+    binary = exe.runtime.binary_of(exe.whole_program())
     source = exe.source.encode()
     meta = {
         "format": FORMAT, "version": VERSION, "tilec": __version__,

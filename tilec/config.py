@@ -51,6 +51,10 @@ class Config:
     # gives the same kernels every time.
     calibrate: bool | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
+    # Worker processes that build a large program's parts and each kernel's code on PoCL's CPU
+    # devices (`runtime.prebuild`), filling PoCL's cache for this process: None = one a
+    # compute unit (at most 8), 0 or 1 = build everything in process.
+    build_workers: int | None = None
     # tilec's cache root (programs live in <cache_dir>/programs); None = the user cache directory.
     # The CLI fills it from TILEC_CACHE_DIR; library code never reads the environment.
     cache_dir: Path | None = None

@@ -31,7 +31,7 @@ from ..config import Config
 FORMAT = 1
 # Settings that do not change what is compiled (where caches live, tolerances, the device
 # spec, which the device's own identity replaces).
-_IGNORED = {"device", "cache_dir", "use_disk_cache", "cache_max_bytes",
+_IGNORED = {"device", "cache_dir", "use_disk_cache", "cache_max_bytes", "build_workers",
             "disk_cache_all_drivers", "records_path", "use_tuning_records", "rtol", "atol"}
 
 

@@ -260,6 +260,7 @@ class Runtime:
         self.max_alloc = int(device.max_mem_alloc_size)
         self.global_mem = int(device.global_mem_size)
         self.max_wg = int(device.max_work_group_size)
+        self.compute_units = int(device.max_compute_units)
         # The widest float vector the device computes correctly (None: not known, no cap).
         probed = probe_result(device)
         self.vector_limit = probed.vector_limit if probed.problem is None else None

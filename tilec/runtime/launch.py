@@ -94,6 +94,14 @@ class Launcher:
               outs: Mapping[str, np.ndarray]) -> Validation:
         raise NotImplementedError
 
+    def _buffer_bytes(self, name: str) -> int:
+        """The size of the buffer `_buffer` gives `name` (its pool slot's, where pooled)."""
+        slot = self.memory.slot_of.get(name) if self.memory else None
+        return self.specs[name].nbytes if slot is None else self.memory.slot_bytes[slot]
+
+    def _prepare(self, kernels: list[KernelInfo]) -> None:
+        """Called before `kernels` are launched (a subclass may build ahead)."""
+
     def _buffer(self, name: str):
         slot = self.memory.slot_of.get(name) if self.memory else None
         key: object = name if slot is None else ("pool", slot)
@@ -204,6 +212,7 @@ class Launcher:
 
     def _launch(self, kernels: list[KernelInfo], repeat: int) -> dict[str, float]:
         """Launch `kernels` in order `repeat` times; the median seconds of each."""
+        self._prepare(kernels)
         rt = self.runtime
         times: dict[str, list[float]] = {k.name: [] for k in kernels}
         for _ in range(max(1, repeat)):

@@ -1,0 +1,146 @@
+"""Cold builds in worker processes (`runtime.prebuild`): a large program is built in parts,
+worker processes build them and make each kernel's first launch so that PoCL's cache holds
+the code, and the compiling process gives the numpy reference's results whatever the
+workers did (all of it, some of it, or nothing because they died)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec.runtime.prebuild as prebuild
+from tilec.codegen.kernel_text import KernelArg, KernelSource
+from tilec.config import Config
+from tilec.graph import ops
+from tilec.graph.builder import Graph
+from tilec.runtime.device import Runtime
+from tilec.runtime.share import share_kernels
+
+from ..device import needs_device
+from ..graph_refs import close, conv_nchw, run
+
+RNG = np.random.default_rng(5)
+
+
+def rand(*shape):
+    return RNG.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+
+def _kernel(name: str, scale: float, pad: int = 0) -> KernelSource:
+    text = (f"__kernel void {name}(__global const float* b_x, __global float* b_{name}) {{\n"
+            f"    const int i = get_global_id(0);\n"
+            f"    b_{name}[i] = {scale}f * b_x[i];{' ' * pad}\n}}\n")
+    args = (KernelArg("x", "in", "float32", 64), KernelArg(name, "out", "float32", 64))
+    return KernelSource(name, "elementwise", text, args, 64, None)
+
+
+def test_parts_hold_each_distinct_kernel_once_and_do_not_depend_on_the_machine(monkeypatch):
+    sources = [_kernel(f"k{i}", 1.0 + i, pad=40 * (i % 3)) for i in range(11)]
+    shared = share_kernels(sources, {"x"} | {s.name for s in sources})
+    monkeypatch.setattr(prebuild, "SPLIT_MIN_CHARS", 1)
+    parts = prebuild.split_parts(shared, sources)
+    assert len(parts) == prebuild.MAX_PARTS
+    entries = [e for p in parts for e in p.entries]
+    assert sorted(entries) == sorted(s.name for s in sources)
+    for p in parts:  # each part's text is its kernels, in launch order
+        assert p.text.count("__kernel") == len(p.entries)
+        assert list(p.entries) == sorted(p.entries, key=lambda e: int(e[1:]))
+    assert prebuild.split_parts(shared, sources) == parts
+    # Below the thresholds: one program, the whole text.
+    monkeypatch.setattr(prebuild, "SPLIT_MIN_CHARS", 10**9)
+    (one,) = prebuild.split_parts(shared, sources)
+    assert one.text == shared.text
+
+
+def _chain() -> tuple[Graph, dict, np.ndarray]:
+    """Convolutions of different widths and sizes: distinct kernels, each with relu."""
+    g = Graph("chain")
+    x = g.input("x", (1, 3, 12, 12))
+    widths = [3, 8, 16, 8, 4]
+    want = None
+    xa = rand(1, 3, 12, 12)
+    want = xa.astype(np.float64)
+    y = x
+    for cin, cout in zip(widths, widths[1:], strict=False):
+        w, b = rand(cout, cin, 3, 3), rand(cout)
+        y = ops.relu(ops.conv2d(y, g.constant(w), g.constant(b), padding="same"))
+        want = np.maximum(conv_nchw(want, w, b, pads=(1, 1, 1, 1)), 0.0)
+    g.output("y", y)
+    return g, {"x": xa}, want
+
+
+def _split_small_programs(monkeypatch):
+    monkeypatch.setattr(prebuild, "SPLIT_MIN_CHARS", 1)
+    monkeypatch.setattr(prebuild, "SPLIT_MIN_KERNELS", 2)
+
+
+def _pocl_cpu() -> bool:
+    return prebuild.driver_caches_kernels(Runtime.get(None))
+
+
+@needs_device
+def test_workers_build_the_parts_and_first_launches_and_results_match(tmp_path, monkeypatch):
+    if not _pocl_cpu():
+        pytest.skip("workers build for PoCL's CPU devices only")
+    _split_small_programs(monkeypatch)
+    g, arrays, want = _chain()
+    cfg = Config(cache_dir=tmp_path, build_workers=2, use_tuning_records=False)
+    exe, outs = run(g, arrays, config=cfg)
+    inner = exe.executable
+    assert len(inner._cl_programs) > 1
+    parts = len(inner._cl_programs)
+    launched = len({inner.entries[k.name] for k in inner.kernels if k.name not in inner.hoisted})
+    assert inner.prebuilt == (parts, launched)
+    close(outs["y"], want)
+    # Noted: compiled again (a new process would be the same), the workers are not started.
+    assert len(list((tmp_path / "prebuilt").iterdir())) == parts
+    from tilec.runtime import compiled
+
+    monkeypatch.setattr(compiled, "load", lambda *a, **k: None)  # not the in-memory result
+    again, outs = run(g, arrays, config=cfg)
+    assert again.executable.prebuilt == (0, 0)
+    close(outs["y"], want)
+
+
+@needs_device
+def test_dead_workers_leave_the_build_to_the_compiling_process(tmp_path, monkeypatch):
+    if not _pocl_cpu():
+        pytest.skip("workers build for PoCL's CPU devices only")
+    _split_small_programs(monkeypatch)
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nsys.stdin.readline()\nsys.exit(3)\n")
+    monkeypatch.setattr(prebuild, "_WORKER", script)
+    g, arrays, want = _chain()
+    exe, outs = run(g, arrays, config=Config(cache_dir=tmp_path, build_workers=2))
+    assert exe.executable.prebuilt == (0, 0)
+    assert not (tmp_path / "prebuilt").exists()
+    close(outs["y"], want)
+
+
+@needs_device
+def test_a_failed_job_is_reported_and_the_worker_goes_on(tmp_path):
+    rt = Runtime.get(None)
+    good = "__kernel void k(__global float* a) { a[get_global_id(0)] = 1.0f; }\n"
+    parts = [prebuild.Part(good, ("k",)), prebuild.Part("__kernel void k( {", ("k",))]
+    workers = prebuild.BuildWorkers(rt, 1, parts, ["-cl-mad-enable"])
+    try:
+        ok = workers.run([{"op": "build", "part": 1}, {"op": "build", "part": 0},
+                          {"op": "launch", "part": 0, "entry": "nope", "global": [4],
+                           "local": None, "args": [16]},
+                          {"op": "launch", "part": 0, "entry": "k", "global": [4],
+                           "local": None, "args": [16]}])
+    finally:
+        workers.close()
+    assert ok == [False, True, False, True]
+
+
+def test_workers_only_where_they_help():
+    class Fake:
+        compute_units = 16
+
+    assert prebuild.worker_count(Fake(), None, 30) == prebuild.MAX_WORKERS
+    assert prebuild.worker_count(Fake(), None, 3) == 3
+    assert prebuild.worker_count(Fake(), 1, 30) == 0
+    assert prebuild.worker_count(Fake(), 0, 30) == 0
+    Fake.compute_units = 1
+    assert prebuild.worker_count(Fake(), None, 30) == 0

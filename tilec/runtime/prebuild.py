@@ -1,0 +1,290 @@
+"""Cold builds spread over worker processes, where the driver keeps its own kernel cache.
+
+PoCL turns a program into machine code in two steps, both on one core of the calling
+process: the program build (front end and optimisation of the whole text), and at each
+kernel's first launch, the work-group function for that launch's work-group size.  A model
+of 30 distinct convolutions spends 10-20 s there.  PoCL keeps both results in its cache
+directory, keyed by the program text, the build options, the device and the work-group size,
+and a second process finds them there.  So, on PoCL's CPU devices, a large program is built
+as a few parts (`split_parts`: the distinct kernels spread by text length, the same parts
+for the same kernels on every machine), and `BuildWorkers` has one process a core build
+those parts and launch each kernel once (one work-group over zero-filled buffers); the
+compiling process then builds and launches from the cache.  Nothing a worker does is needed
+for correctness: what fails or is not done there is done in process, as without workers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..codegen.kernel_text import KernelSource
+from .share import SharedKernels
+
+# A program is split (and built by workers) from this much text and this many distinct
+# kernels on: below it a worker's start (0.2 s) and each part's own build cost (PoCL links
+# its builtin library into every program: about 0.08 s) outweigh what is shared out.
+SPLIT_MIN_CHARS = 256 * 1024
+SPLIT_MIN_KERNELS = 4
+MAX_PARTS = 8
+MAX_WORKERS = 8
+JOB_TIMEOUT_S = 300.0  # a job that takes longer is the worker's fault: it is stopped
+
+_WORKER = Path(__file__).with_name("prebuild_worker.py")
+
+
+@dataclass(frozen=True)
+class Part:
+    text: str  # a program: some distinct kernels, in launch order
+    entries: tuple[str, ...]  # their entry points
+
+
+def split_parts(shared: SharedKernels, sources: Sequence[KernelSource]) -> tuple[Part, ...]:
+    """The program `shared` as parts to build separately: one part below the thresholds,
+    else up to MAX_PARTS, each distinct kernel to the part with the least text so far
+    (longest first), which depends on the kernels alone."""
+    by_name = {s.name: s for s in sources}
+    firsts = [by_name[e] for e in dict.fromkeys(shared.entries.values())]
+    if len(firsts) < SPLIT_MIN_KERNELS or len(shared.text) < SPLIT_MIN_CHARS:
+        return (Part(shared.text, tuple(s.name for s in firsts)),)
+    count = min(MAX_PARTS, len(firsts))
+    loads = [0] * count
+    home: dict[str, int] = {}
+    for s in sorted(firsts, key=lambda s: -len(s.text)):  # sorted() is stable: ties by order
+        i = loads.index(min(loads))
+        home[s.name] = i
+        loads[i] += len(s.text)
+    parts = []
+    for i in range(count):
+        members = [s for s in firsts if home[s.name] == i]
+        parts.append(Part("\n".join(s.text for s in members), tuple(s.name for s in members)))
+    return tuple(parts)
+
+
+def driver_caches_kernels(runtime) -> bool:
+    """Whether workers can build for this device: PoCL's CPU devices, with PoCL's kernel
+    cache on (POCL_KERNEL_CACHE=0 turns it off, and a worker's builds would be lost)."""
+    info = runtime.info
+    return ("Portable Computing Language" in info.platform and info.kind == "cpu"
+            and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
+
+
+def worker_count(runtime, requested: int | None, jobs: int) -> int:
+    """How many workers: `requested` (Config.build_workers), else one a compute unit of the
+    device, at most MAX_WORKERS and never more than the jobs; under 2 none is worth it."""
+    n = requested if requested is not None else min(MAX_WORKERS, runtime.compute_units)
+    n = min(n, jobs)
+    return n if n >= 2 else 0
+
+
+def _device_indices(runtime) -> tuple[int, int] | None:
+    cl = runtime.cl
+    for p, platform in enumerate(cl.get_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        for d, device in enumerate(devices):
+            if device == runtime.device:
+                return p, d
+    return None
+
+
+def marker_path(root: Path, runtime, part: Part, options: Sequence[str]) -> Path:
+    """Where a part the workers built is noted: a later compile of the same part skips the
+    workers (the driver's cache holds it)."""
+    key = json.dumps([list(runtime.info.key), list(options), part.text])
+    return root / "prebuilt" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class BuildWorkers:
+    """Worker processes over one device, each answering one request at a time; a request
+    goes to whichever is free.  `close` (or the end of this process) stops them."""
+
+    def __init__(self, runtime, count: int, parts: Sequence[Part], options: Sequence[str]):
+        where = _device_indices(runtime)
+        if where is None:
+            raise OSError("the device is not among pyopencl's devices")
+        self._procs: list[subprocess.Popen] = []
+        hello = json.dumps({"op": "texts", "texts": [p.text for p in parts],
+                            "options": list(options)}) + "\n"
+        for _ in range(count):
+            proc = subprocess.Popen(
+                [sys.executable, str(_WORKER), str(where[0]), str(where[1])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True, bufsize=1)
+            self._procs.append(proc)
+            self._send(proc, hello)
+        self._alive = list(self._procs)
+        self._greeted: set[subprocess.Popen] = set()  # those whose texts answer was read
+        self._next_id = 0
+
+    def _send(self, proc: subprocess.Popen, line: str) -> bool:
+        try:
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def run(self, jobs: Sequence[dict], on_done=None) -> list[bool]:
+        """Run `jobs` (requests without ids), each on the first free worker; whether each
+        succeeded.  A worker that dies or overruns JOB_TIMEOUT_S is stopped, its job failed;
+        the others go on."""
+        ok = [False] * len(jobs)
+        # A new worker answers the texts message first.
+        live = [p for p in self._alive if p.poll() is None]
+        pending: dict[subprocess.Popen, tuple[int | None, float]] = {
+            p: (None, time.monotonic()) for p in live if p not in self._greeted}
+        idle = [p for p in live if p in self._greeted]
+        self._greeted.update(pending)
+        queue = list(range(len(jobs)))
+        sel = selectors.DefaultSelector()
+        for p in pending:
+            sel.register(p.stdout, selectors.EVENT_READ, p)
+        try:
+            while pending or (queue and idle):
+                while queue and idle:
+                    p, j = idle.pop(), queue.pop(0)
+                    self._next_id += 1
+                    if self._send(p, json.dumps({**jobs[j], "id": self._next_id}) + "\n"):
+                        pending[p] = (j, time.monotonic())
+                        sel.register(p.stdout, selectors.EVENT_READ, p)
+                    else:
+                        queue.insert(0, j)
+                        self._drop(p)
+                if not pending:
+                    break
+                for key, _ in sel.select(timeout=1.0):
+                    p = key.data
+                    line = p.stdout.readline()
+                    j, _ = pending.pop(p)
+                    sel.unregister(p.stdout)
+                    if not line:
+                        self._drop(p)
+                        continue
+                    try:
+                        answer = json.loads(line)
+                    except ValueError:
+                        answer = {}
+                    if j is not None:
+                        ok[j] = bool(answer.get("ok"))
+                        if on_done is not None:
+                            on_done(j, ok[j])
+                    idle.append(p)
+                now = time.monotonic()
+                for p, (_, since) in list(pending.items()):
+                    if now - since > JOB_TIMEOUT_S:
+                        pending.pop(p)
+                        sel.unregister(p.stdout)
+                        self._drop(p)
+        finally:
+            sel.close()
+        return ok
+
+    def _drop(self, proc: subprocess.Popen) -> None:
+        if proc in self._alive:
+            self._alive.remove(proc)
+        proc.kill()
+        proc.wait()
+
+    def close(self) -> None:
+        for p in self._procs:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        for p in self._procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._alive = []
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Prebuild:
+    """The workers of one executable's cold build: `start` builds the parts there, `launch`
+    has them generate the code of kernels about to run for the first time; `close` when done.
+    Parts whose kernels all came through are noted (`marker_path`) for later compiles."""
+
+    def __init__(self, workers: BuildWorkers, parts: Sequence[Part], runtime,
+                 options: Sequence[str], root: Path | None, built: set[int]):
+        self.workers, self.parts, self.runtime = workers, tuple(parts), runtime
+        self.options, self.root, self.built = tuple(options), root, built
+        self.failed: set[int] = set(range(len(parts))) - built  # parts not to note
+        self.done: set[str] = set()  # entries whose first launch the workers made
+        self.launched = False
+
+    @classmethod
+    def start(cls, runtime, parts: Sequence[Part], options: Sequence[str],
+              requested: int | None, root: Path | None) -> Prebuild | None:
+        """Workers that have built `parts`, or None where they would not help: one part, a
+        driver without its own cache, one core, or every part noted built before."""
+        if len(parts) < 2 or not driver_caches_kernels(runtime):
+            return None
+        todo = [i for i, p in enumerate(parts)
+                if root is None or not marker_path(root, runtime, p, options).exists()]
+        count = worker_count(runtime, requested, len(todo))
+        if not todo or count == 0:
+            return None
+        try:
+            workers = BuildWorkers(runtime, count, parts, options)
+        except OSError:
+            return None
+        ok = workers.run([{"op": "build", "part": i} for i in todo])
+        built = {i for i, good in zip(todo, ok, strict=True) if good}
+        return cls(workers, parts, runtime, options, root, built)
+
+    def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int]]]) -> None:
+        """First launches of (entry, local size, global size, argument bytes) in the workers,
+        each entry once."""
+        home = {e: i for i, p in enumerate(self.parts) for e in p.entries}
+        jobs, entries = [], []
+        for entry, local, glob, args in kernels:
+            if entry in self.done or entry in entries or home[entry] not in self.built:
+                continue
+            entries.append(entry)
+            # One work-group where its size is fixed (the cache is keyed by that size);
+            # else the whole launch, whose size the driver picks as the real launch will.
+            jobs.append({"op": "launch", "part": home[entry], "entry": entry,
+                         "global": [glob if local is None else local],
+                         "local": None if local is None else [local],
+                         "args": [int(n) for n in args]})
+        if len(jobs) < 2:  # one kernel builds as fast here as there
+            return
+        self.launched = True
+        for entry, good in zip(entries, self.workers.run(jobs), strict=True):
+            if good:
+                self.done.add(entry)
+            else:
+                self.failed.add(home[entry])
+
+    def close(self) -> None:
+        self.workers.close()
+        if self.root is None or not self.launched:
+            return
+        for i in sorted(self.built - self.failed):
+            path = marker_path(self.root, self.runtime, self.parts[i], self.options)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+            except OSError:
+                pass
+
+
+__all__ = ["BuildWorkers", "Part", "Prebuild", "driver_caches_kernels", "marker_path",
+           "split_parts", "worker_count"]
