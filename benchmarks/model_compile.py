@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +31,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 
-def probe(path: str, cache_dir: str, device: str | None, profile: str | None) -> dict:
+def probe(path: str, cache_dir: str, device: str | None, profile: str | None,
+          workers: int | None = None) -> dict:
     """In this (fresh) process: load + first run, timed; the caches are the environment's."""
     t0 = time.perf_counter()
     import numpy as np
@@ -42,6 +44,8 @@ def probe(path: str, cache_dir: str, device: str | None, profile: str | None) ->
 
     import_s = time.perf_counter() - t0
     config = Config(device=device, cache_dir=Path(cache_dir), use_tuning_records=False)
+    if workers is not None:
+        config = replace(config, build_workers=workers)
     t = time.perf_counter()
     Runtime.get(config.device)
     open_s = time.perf_counter() - t
@@ -93,10 +97,12 @@ def _env(folder: str) -> dict:
                 TILEC_CACHE_DIR=f"{folder}/tilec", CUDA_CACHE_PATH=f"{folder}/nv")
 
 
-def one(path: Path, folder: str, device: str | None) -> dict:
+def one(path: Path, folder: str, device: str | None, workers: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--probe", str(path), "--cache-dir", f"{folder}/tilec"]
     if device:
         cmd += ["--device", device]
+    if workers is not None:
+        cmd += ["--build-workers", str(workers)]
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(folder), timeout=1800)
     wall = time.perf_counter() - t
@@ -136,13 +142,16 @@ def main() -> int:
     ap.add_argument("models", nargs="*", default=["resnet18", "resnet50"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device")
+    ap.add_argument("--build-workers", type=int,
+                    help="Config.build_workers (0: build in process; default: automatic)")
     ap.add_argument("--profile", metavar="FILE.prof",
                     help="profile one cold load of the first model (cProfile) and stop")
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
-        print(json.dumps(probe(args.probe, args.cache_dir, args.device, args.profile)))
+        print(json.dumps(probe(args.probe, args.cache_dir, args.device, args.profile,
+                               args.build_workers)))
         return 0
     with tempfile.TemporaryDirectory(prefix="tilec-models-") as mdir:
         models = write_models(args.models, Path(mdir))
@@ -160,8 +169,8 @@ def main() -> int:
             cold, warm = [], []
             for _ in range(args.rounds):
                 with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
-                    cold.append(one(path, d, args.device))
-                    warm.append(one(path, d, args.device))
+                    cold.append(one(path, d, args.device, args.build_workers))
+                    warm.append(one(path, d, args.device, args.build_workers))
             rows.append((name, cold, warm))
     first = rows[0][1][0]
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
