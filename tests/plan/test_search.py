@@ -281,3 +281,28 @@ def test_cpu_pool_ranked_by_time() -> None:
         .kernels[0].flat
     assert search(flat, cpu).ranked_by_time
     assert not search(flat, cpu, model="plaidml").ranked_by_time
+
+
+def test_repeated_layers_share_one_cached_search(tmp_path) -> None:
+    # The same contraction over other tensors (a model's repeated block) is one search: the
+    # second comes from the cache, with the same tiles; reading one tensor twice is another.
+    from dataclasses import replace
+
+    from tilec.plan.search import _cache_key
+
+    flat = matmul_flat(64, 64, 64)
+    names = {t.name: f"{t.name}_block2" for t in flat.tensors}
+    other = replace(flat, tensors=tuple(replace(t, name=names[t.name]) for t in flat.tensors),
+                    text=flat.text.replace("A", "A_block2"))
+    first = search(flat, CPU, top_k=4, cache=tmp_path)
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    again = search(other, CPU, top_k=4, cache=tmp_path)
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    assert [t for t, _ in again.top] == [t for t, _ in first.top]
+    assert again.flat is other
+    a, b = flat.tensors[1].name, flat.tensors[2].name
+    same = replace(flat, tensors=tuple(replace(t, name=a) if t.name == b else t
+                                       for t in flat.tensors))
+    args = (CPU, 0, "float32", 4, 0, 10**6, True)
+    assert _cache_key(same, *args) != _cache_key(flat, *args)
+    assert _cache_key(other, *args) == _cache_key(flat, *args)

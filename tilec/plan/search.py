@@ -235,7 +235,7 @@ _CODE_DIGEST: list[str] = []
 
 def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
                post_inputs: int, limit: int, timed: bool) -> str:
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from .. import memo
     from . import cost, gpu_form, local_banks, predict, predict_cpu, schedule, trust
@@ -247,7 +247,14 @@ def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, to
         _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
                                                gpu_form, local_banks, predict, predict_cpu, trust,
                                                sys.modules[__name__]))
-    contraction = [(f.name, getattr(flat, f.name)) for f in fields(flat) if f.name != "extra"]
+    # Tensors named by first appearance and the statement's text left out: a model's repeated
+    # layers (the same contraction over other tensors) share one search, whose outcome does
+    # not depend on names (a cached outcome is scored again on the contraction asked for).
+    alias: dict[str, str] = {}
+    tensors = tuple(replace(t, name=alias.setdefault(t.name, f"#{len(alias)}"))
+                    for t in flat.tensors)
+    contraction = [(f.name, tensors if f.name == "tensors" else getattr(flat, f.name))
+                   for f in fields(flat) if f.name not in ("extra", "text")]
     return memo.digest("search", _CODE_DIGEST[0], repr(contraction), repr(hw), post_ops, dtype,
                        top_k, post_inputs, limit, timed)
 

@@ -20,6 +20,7 @@ import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,14 +114,19 @@ class BuildWorkers:
         if where is None:
             raise OSError("the device is not among pyopencl's devices")
         self._procs: list[subprocess.Popen] = []
-        hello = json.dumps({"op": "texts", "texts": [p.text for p in parts],
-                            "options": list(options)}) + "\n"
+        # The texts go through a file: a megabyte written into each worker's pipe would wait
+        # for that worker to start reading, and the workers' starts would follow one another.
+        fd, name = tempfile.mkstemp(prefix="tilec-parts-", suffix=".json")
+        self._texts = Path(name)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"texts": [p.text for p in parts], "options": list(options)}, f)
+        hello = json.dumps({"op": "texts", "file": name}) + "\n"
         for _ in range(count):
-            proc = subprocess.Popen(
+            self._procs.append(subprocess.Popen(
                 [sys.executable, str(_WORKER), str(where[0]), str(where[1])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1)
-            self._procs.append(proc)
+                text=True, bufsize=1))
+        for proc in self._procs:
             self._send(proc, hello)
         self._alive = list(self._procs)
         self._greeted: set[subprocess.Popen] = set()  # those whose texts answer was read
@@ -208,6 +214,7 @@ class BuildWorkers:
                 p.kill()
                 p.wait()
         self._alive = []
+        self._texts.unlink(missing_ok=True)
 
     def __del__(self):
         try:

@@ -5,7 +5,8 @@ Run as a script, not imported: it needs pyopencl and numpy only, so that it star
 fraction of a second.  `python prebuild_worker.py PLATFORM DEVICE` opens that device and
 answers one JSON line per request line on stdin:
 
-    {"op": "texts", "texts": [...], "options": [...]}      the programs' sources, first
+    {"op": "texts", "file": PATH}     first: a JSON file of the programs' sources ("texts")
+                                      and the build options ("options")
     {"op": "build", "id": N, "part": P}                     build program P
     {"op": "launch", "id": N, "part": P, "entry": NAME, "global": [..], "local": [..] or
      null, "args": [nbytes, ..]}
@@ -65,7 +66,9 @@ def _serve(platform: int, device_index: int) -> None:
         reply: dict = {"id": msg.get("id"), "ok": True}
         try:
             if msg["op"] == "texts":
-                texts, options = list(msg["texts"]), list(msg["options"])
+                with open(msg["file"]) as f:
+                    given = json.load(f)
+                texts, options = list(given["texts"]), list(given["options"])
             elif msg["op"] == "build":
                 program(msg["part"])
             elif msg["op"] == "launch":
