@@ -116,8 +116,10 @@ class Executable(Launcher):
         if self._prebuild is None or not kernels:
             return
         sizes = {name: self._buffer_bytes(name) for k in kernels for name in k.args}
+        texts = {s.name: len(s.text) for s in self.sources}
         self._prebuild.launch([(self.entries[k.name], k.local_size, k.global_size,
-                                [sizes[a] for a in k.args]) for k in kernels])
+                                [sizes[a] for a in k.args], texts[self.entries[k.name]])
+                               for k in kernels])
         if any(k.name not in self.hoisted for k in kernels):
             self._close_prebuild()  # a call's kernels (bind's come first): none later
 

@@ -256,12 +256,13 @@ class Prebuild:
         built = {i for i, good in zip(todo, ok, strict=True) if good}
         return cls(workers, parts, runtime, options, root, built)
 
-    def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int]]]) -> None:
-        """First launches of (entry, local size, global size, argument bytes) in the workers,
-        each entry once."""
+    def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int], int]]) -> None:
+        """First launches of (entry, local size, global size, argument bytes, text length) in
+        the workers, each entry once, the longest texts first (the last to finish is then a
+        short one)."""
         home = {e: i for i, p in enumerate(self.parts) for e in p.entries}
         jobs, entries = [], []
-        for entry, local, glob, args in kernels:
+        for entry, local, glob, args, _ in sorted(kernels, key=lambda k: -k[4]):
             if entry in self.done or entry in entries or home[entry] not in self.built:
                 continue
             entries.append(entry)
