@@ -100,6 +100,12 @@ def test_workers_build_the_parts_and_first_launches_and_results_match(tmp_path, 
     again, outs = run(g, arrays, config=cfg)
     assert again.executable.prebuilt == (0, 0)
     close(outs["y"], want)
+    # `tilec cache clear` forgets the notes (the driver's cache may be gone as well).
+    from tilec.cli.main import main
+
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "clear"]) == 0
+    assert not list((tmp_path / "prebuilt").iterdir())
 
 
 @needs_device

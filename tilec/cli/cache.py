@@ -24,9 +24,10 @@ def _size(n: float) -> str:
 
 
 # Beside the program binaries: the tile search's choices, whole graph compiles
-# (`runtime.compiled`), and (in the user cache directory) the parser's tables, compiled
+# (`runtime.compiled`), the notes of programs build workers left in PoCL's cache
+# (`runtime.prebuild`), and (in the user cache directory) the parser's tables, compiled
 # templates and the devices that passed the build probe.
-_SMALL = ("search", "compiled", "parser", "templates", "devices")
+_SMALL = ("search", "compiled", "prebuilt", "parser", "templates", "devices")
 
 
 def _small_files(cache: ProgramCache) -> dict[str, list]:
