@@ -81,6 +81,7 @@ class Executable(Launcher):
         home = {e: programs[i] for i, p in enumerate(parts) for e in p.entries}
         self._cl_programs = programs
         self.prebuilt = (0, 0)
+        self.show_progress = False
         kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
                               s.flops, tuple(a.tensor for a in s.args),
                               tuple(a.tensor for a in s.args if a.role == "out"))
@@ -117,9 +118,12 @@ class Executable(Launcher):
             return
         sizes = {name: self._buffer_bytes(name) for k in kernels for name in k.args}
         texts = {s.name: len(s.text) for s in self.sources}
-        self._prebuild.launch([(self.entries[k.name], k.local_size, k.global_size,
-                                [sizes[a] for a in k.args], texts[self.entries[k.name]])
-                               for k in kernels])
+        entries = {self.entries[k.name] for k in kernels}
+        with Progress(len(entries), "generating kernel code", unit="kernel",
+                      quiet=not self.show_progress) as bar:
+            self._prebuild.launch([(self.entries[k.name], k.local_size, k.global_size,
+                                    [sizes[a] for a in k.args], texts[self.entries[k.name]])
+                                   for k in kernels], on_done=lambda *_: bar.step())
         if any(k.name not in self.hoisted for k in kernels):
             self._close_prebuild()  # a call's kernels (bind's come first): none later
 
@@ -198,6 +202,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
                              searches=found.searches, tuned=found.tuned, shared=found.shared)
             if exe.work_group_limit() is None:
                 step(progress, "built")
+                exe.show_progress = progress is not None and progress.shown
                 return exe
     program = check_program(source, shapes, dtype, values)
     step(progress, "checked the program")
@@ -226,6 +231,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
                 compiled.store(config, key, compiled.Compiled(
                     program, plan, tuple(sources), searches, tuned, config.threads,
                     config.split_reduction, exe.shared))
+            # Where the compile showed a bar, the build workers' first launches show one too.
+            exe.show_progress = progress is not None and progress.shown
             return exe
         # A kernel needs more registers a thread than a full work-group leaves it: the driver
         # caps its work-group size, so plan fewer threads and build again.  A forced split

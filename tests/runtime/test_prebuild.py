@@ -129,15 +129,18 @@ def test_a_failed_job_is_reported_and_the_worker_goes_on(tmp_path):
     good = "__kernel void k(__global float* a) { a[get_global_id(0)] = 1.0f; }\n"
     parts = [prebuild.Part(good, ("k",)), prebuild.Part("__kernel void k( {", ("k",))]
     workers = prebuild.BuildWorkers(rt, 1, parts, ["-cl-mad-enable"])
+    seen = []
     try:
         ok = workers.run([{"op": "build", "part": 1}, {"op": "build", "part": 0},
                           {"op": "launch", "part": 0, "entry": "nope", "global": [4],
                            "local": None, "args": [16]},
                           {"op": "launch", "part": 0, "entry": "k", "global": [4],
-                           "local": None, "args": [16]}])
+                           "local": None, "args": [16]}],
+                         on_done=lambda j, good: seen.append((j, good)))
     finally:
         workers.close()
     assert ok == [False, True, False, True]
+    assert sorted(seen) == list(enumerate(ok))  # what a progress bar counts
 
 
 def test_workers_only_where_they_help():

@@ -256,10 +256,11 @@ class Prebuild:
         built = {i for i, good in zip(todo, ok, strict=True) if good}
         return cls(workers, parts, runtime, options, root, built)
 
-    def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int], int]]) -> None:
+    def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int], int]],
+               on_done=None) -> None:
         """First launches of (entry, local size, global size, argument bytes, text length) in
         the workers, each entry once, the longest texts first (the last to finish is then a
-        short one)."""
+        short one); `on_done(job, ok)` after each."""
         home = {e: i for i, p in enumerate(self.parts) for e in p.entries}
         jobs, entries = [], []
         for entry, local, glob, args, _ in sorted(kernels, key=lambda k: -k[4]):
@@ -275,7 +276,7 @@ class Prebuild:
         if len(jobs) < 2:  # one kernel builds as fast here as there
             return
         self.launched = True
-        for entry, good in zip(entries, self.workers.run(jobs), strict=True):
+        for entry, good in zip(entries, self.workers.run(jobs, on_done), strict=True):
             if good:
                 self.done.add(entry)
             else:
