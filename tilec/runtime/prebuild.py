@@ -21,6 +21,7 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -235,6 +236,7 @@ class Prebuild:
         self.failed: set[int] = set(range(len(parts))) - built  # parts not to note
         self.done: set[str] = set()  # entries whose first launch the workers made
         self.launched = False
+        self._thread: threading.Thread | None = None
 
     @classmethod
     def start(cls, runtime, parts: Sequence[Part], options: Sequence[str],
@@ -257,10 +259,12 @@ class Prebuild:
         return cls(workers, parts, runtime, options, root, built)
 
     def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int], int]],
-               on_done=None) -> None:
+               on_done=None, background: bool = False) -> None:
         """First launches of (entry, local size, global size, argument bytes, text length) in
         the workers, each entry once, the longest texts first (the last to finish is then a
-        short one); `on_done(job, ok)` after each."""
+        short one); `on_done(job, ok)` after each.  `background`: return at once, the
+        workers' answers read by a thread (`wait` joins it)."""
+        self.wait()
         home = {e: i for i, p in enumerate(self.parts) for e in p.entries}
         jobs, entries = [], []
         for entry, local, glob, args, _ in sorted(kernels, key=lambda k: -k[4]):
@@ -276,13 +280,31 @@ class Prebuild:
         if len(jobs) < 2:  # one kernel builds as fast here as there
             return
         self.launched = True
-        for entry, good in zip(entries, self.workers.run(jobs, on_done), strict=True):
-            if good:
-                self.done.add(entry)
-            else:
-                self.failed.add(home[entry])
+
+        def run() -> None:
+            for entry, good in zip(entries, self.workers.run(jobs, on_done), strict=True):
+                if good:
+                    self.done.add(entry)
+                else:
+                    self.failed.add(home[entry])
+
+        if background:
+            self._thread = threading.Thread(target=run, name="tilec-prebuild", daemon=True)
+            self._thread.start()
+        else:
+            run()
+
+    def wait(self, tick=None) -> None:
+        """Until the background launches are answered; `tick()` every quarter second."""
+        while self._thread is not None:
+            self._thread.join(timeout=0.25)
+            if not self._thread.is_alive():
+                self._thread = None
+            if tick is not None:
+                tick()
 
     def close(self) -> None:
+        self.wait()
         self.workers.close()
         if self.root is None or not self.launched:
             return
