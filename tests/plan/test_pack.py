@@ -241,3 +241,35 @@ def test_filter_panels_run_against_numpy():
     assert exe.hw.kind == "cpu"
     names = [k.name for k in exe.kernels]
     assert any("W_panels" in n for n in names), names
+
+
+@pytest.mark.parametrize("l2", [None, 64 * 1024])
+def test_a_forced_tile_keeps_its_indices_and_still_gets_the_relaid_filter(l2):
+    """A forced tile names the indices as written: the filter is still relaid with the
+    channels last (never in panels, which split `co`), so the forced tile gets the vector
+    lanes the searched one gets; forcing the search's own choice builds the same kernel."""
+    from dataclasses import replace
+
+    from tilec.codegen.generate import generate
+
+    hw = CPU if l2 is None else replace(CPU, l2_bytes=l2)
+    shapes = {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)}
+    flat_tile = {"co": 32, "ci": 16, "i": 3, "j": 3, "x": 1, "y": 7, "n": 1}
+    forced = replace(CONFIG, tiles={"O": flat_tile})
+    program, out = _same_outputs(NCHW_CONV, shapes, hw, forced)
+    (copy,) = _relaid(out)
+    assert not _packs(out) and out.tensors[copy.output].shape == (64, 3, 3, 64)
+    kernel = [k for k in plan_kernels(out).kernels if k.op.output == "O"][0]
+    sched = make_schedule(kernel.flat, tuple(flat_tile.get(n, 1) for n in kernel.flat.names),
+                          hw)
+    assert kernel.flat.names[sched.vec_index] == "co" and not sched.dot
+    if l2 is None:  # the search relays it the same way: forcing its tile changes nothing
+        searched = packed(check_program(NCHW_CONV, shapes), hw, CONFIG)
+        plan = plan_kernels(searched)
+        (k,) = [k for k in plan.kernels if k.op.output == "O"]
+        tile = dict(zip(k.flat.names, search(k.flat, hw).tile, strict=True))
+        again = replace(CONFIG, tiles={"O": tile})
+        texts = [[s.text.split("*/", 1)[1] for s in generate(plan_kernels(p), hw, c)[0]
+                  if s.name == "contract_O"]
+                 for p, c in ((searched, CONFIG), (packed(program, hw, again), again))]
+        assert texts[0] and texts[0] == texts[1]

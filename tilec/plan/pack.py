@@ -27,7 +27,8 @@ copy, whose launch and pass cost more than the panels save), and each panel is r
 least `MIN_REREADS` work-groups (a matrix-vector product reads each element once: the copy
 would double its traffic).  Only CPU models pack (GPUs stage tiles in local memory), only `+(x * y)`
 contractions without constraints or rewrites, and never one whose tile the user forced
-(`--tile` names its indices).
+(`--tile` names its indices; such a one may still read a relaid operand, below, whose indices
+are those written).
 
 The same pass relays a filter (`choose_relayout`): a convolution's weights that hold the
 output channels at a stride are copied with that axis last, so that the channels can be the
@@ -74,15 +75,17 @@ class Packing:
 
 
 def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
-                skip: Collection[str] = (),
+                skip: Collection[str] = (), relay_only: Collection[str] = (),
                 grouped: Callable[[], Collection[str]] | None = None) -> ir.Program:
     """`program` with the reused operand of each CPU matrix product packed in panels.
 
     `choose_tile(flat)` is the tile the search gives a flat contraction (compile passes its
     own search, so the panel width is the register tile compile would build); contractions
-    whose output is in `skip` are left as written, and so are those `grouped()` names (asked
-    once, at the first product that would be packed: the statements another kernel kind
-    takes in whole, which only then are worth finding)."""
+    whose output is in `skip` are left as written, those in `relay_only` may only read an
+    operand relaid with an axis last (their indices stay as written: a tile the user forced
+    names them), and so are left those `grouped()` names (asked once, at the first product
+    that would be packed: the statements another kernel kind takes in whole, which only then
+    are worth finding)."""
     if hw.kind != "cpu":
         return program
     tensors = dict(program.tensors)
@@ -93,7 +96,9 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     skip = set(skip)
     for op in program.ops:
         p: Packing | Relayout | None = None
-        if isinstance(op, ir.Contraction) and op.output not in skip:
+        if isinstance(op, ir.Contraction) and op.output in relay_only:
+            p = choose_relayout(op, tensors, hw, choose_tile, program, panels=False)
+        elif isinstance(op, ir.Contraction) and op.output not in skip:
             p = choose_packing(op, tensors, hw, choose_tile, program) or \
                 choose_relayout(op, tensors, hw, choose_tile, program)
         if p is not None and grouped is not None:
@@ -265,7 +270,7 @@ def _relayout_candidate(op: ir.Contraction) -> Relayout | None:
 
 
 def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
-                    program: ir.Program) -> Relayout | Packing | None:
+                    program: ir.Program, panels: bool = True) -> Relayout | Packing | None:
     """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
     one that reads an output index (`_relayout_candidate`), when the search predicts the
     contraction reading the copy faster by more than the copy costs (without a time model:
@@ -280,7 +285,7 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     `W[co, ci, i, j]` (its output's lanes then stored one by one: `vector_candidates`).
     Constraints may mention other indices (a convolution's padding), not the one brought into
     the lanes: lanes cannot be masked.  An operand larger than L2 is copied in panels instead
-    (a `Packing`, `_in_panels`)."""
+    (a `Packing`, `_in_panels`), unless `panels` is False."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract or not op.out_idx:
         return None
@@ -309,11 +314,13 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
         sched0 = make_schedule(flat0, tuple(tile0), hw)
         if sched0.vec_index is not None and not sched0.dot:
             return None
-        return _in_panels(found, flat, tile, tensors[name], hw)
+        return _in_panels(found, flat, tile, tensors[name], hw) if panels else found
     t = tensors[name]
     size = t.size * hw.elem_size(t.dtype)
     copy = (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
-    return _in_panels(found, flat, tile, t, hw) if after + copy < before else None
+    if after + copy >= before:
+        return None
+    return _in_panels(found, flat, tile, t, hw) if panels else found
 
 
 def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor,
