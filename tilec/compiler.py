@@ -34,7 +34,14 @@ from .runtime.launch import (
     itemsize,
 )
 from .runtime.memory import plan_memory
-from .runtime.prebuild import Part, Prebuild, driver_caches_kernels, split_parts
+from .runtime.prebuild import (
+    BuildWorkers,
+    Part,
+    Prebuild,
+    driver_caches_kernels,
+    early_workers,
+    split_parts,
+)
 from .runtime.progress import Progress, step
 from .runtime.share import SharedKernels, share_kernels
 from .tune.records import TuneRecord
@@ -47,7 +54,7 @@ class Executable(Launcher):
                  runtime: Runtime, hw: HwModel, config: Config, *, validate: bool = False,
                  searches: dict | None = None, built=None,
                  tuned: Mapping[str, TuneRecord] | None = None,
-                 shared: SharedKernels | None = None):
+                 shared: SharedKernels | None = None, workers: BuildWorkers | None = None):
         self.program = program
         self.plan = plan
         self.sources = sources
@@ -71,9 +78,11 @@ class Executable(Launcher):
         parts = (Part(self.source, tuple(dict.fromkeys(self.entries.values()))),) \
             if built is not None or not driver_caches_kernels(runtime) \
             else split_parts(shared, sources)
+        if built is not None and workers is not None:
+            workers.close()
         self._prebuild = None if built is not None else Prebuild.start(
             runtime, parts, config.build_options, config.build_workers,
-            _cache_root(config))
+            _cache_root(config), started=workers)
         programs = (built,) if built is not None else tuple(
             runtime.build(p.text, config.build_options, config) for p in parts)
         if self._prebuild is not None and self._prebuild.built == set():
@@ -240,11 +249,19 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         # A model written for a bigger device: plan no more threads than this one takes.
         config = replace(config, threads=_floor_pow2(runtime.max_wg))
     tuned = _lookup_records(plan, model, config, runtime, records)
+    # Build workers start now, opening the device while the kernels are generated.
+    workers = early_workers(runtime, config.build_workers, len(plan.kernels))
     while True:
-        sources, searches = generate(plan, model, config, tuned=tuned)
+        try:
+            sources, searches = generate(plan, model, config, tuned=tuned)
+        except BaseException:
+            if workers is not None:
+                workers.close()
+            raise
         step(progress, f"generated {len(sources)} kernels")
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
-                         searches=searches, tuned=tuned)
+                         searches=searches, tuned=tuned, workers=workers)
+        workers = None
         step(progress, f"built {len(set(exe.entries.values()))} distinct kernels")
         limit = exe.work_group_limit()
         if limit is not None:

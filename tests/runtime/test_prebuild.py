@@ -128,7 +128,8 @@ def test_a_failed_job_is_reported_and_the_worker_goes_on(tmp_path):
     rt = Runtime.get(None)
     good = "__kernel void k(__global float* a) { a[get_global_id(0)] = 1.0f; }\n"
     parts = [prebuild.Part(good, ("k",)), prebuild.Part("__kernel void k( {", ("k",))]
-    workers = prebuild.BuildWorkers(rt, 1, parts, ["-cl-mad-enable"])
+    workers = prebuild.BuildWorkers(rt, 1)
+    workers.give_texts(parts, ["-cl-mad-enable"])
     seen = []
     try:
         ok = workers.run([{"op": "build", "part": 1}, {"op": "build", "part": 0},

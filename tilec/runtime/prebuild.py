@@ -110,28 +110,38 @@ class BuildWorkers:
     """Worker processes over one device, each answering one request at a time; a request
     goes to whichever is free.  `close` (or the end of this process) stops them."""
 
-    def __init__(self, runtime, count: int, parts: Sequence[Part], options: Sequence[str]):
+    def __init__(self, runtime, count: int):
+        """Start `count` workers on the device of `runtime`; each opens the device while this
+        process goes on, and waits for `give_texts`."""
         where = _device_indices(runtime)
         if where is None:
             raise OSError("the device is not among pyopencl's devices")
         self._procs: list[subprocess.Popen] = []
-        # The texts go through a file: a megabyte written into each worker's pipe would wait
-        # for that worker to start reading, and the workers' starts would follow one another.
-        fd, name = tempfile.mkstemp(prefix="tilec-parts-", suffix=".json")
-        self._texts = Path(name)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"texts": [p.text for p in parts], "options": list(options)}, f)
-        hello = json.dumps({"op": "texts", "file": name}) + "\n"
+        self._texts: Path | None = None
         for _ in range(count):
             self._procs.append(subprocess.Popen(
                 [sys.executable, str(_WORKER), str(where[0]), str(where[1])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True, bufsize=1))
-        for proc in self._procs:
-            self._send(proc, hello)
         self._alive = list(self._procs)
         self._greeted: set[subprocess.Popen] = set()  # those whose texts answer was read
         self._next_id = 0
+
+    @property
+    def count(self) -> int:
+        return len(self._procs)
+
+    def give_texts(self, parts: Sequence[Part], options: Sequence[str]) -> None:
+        """The programs the workers' requests name by index.  Through a file: a megabyte
+        written into each worker's pipe would wait for that worker to start reading, and the
+        workers' starts would follow one another."""
+        fd, name = tempfile.mkstemp(prefix="tilec-parts-", suffix=".json")
+        self._texts = Path(name)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"texts": [p.text for p in parts], "options": list(options)}, f)
+        hello = json.dumps({"op": "texts", "file": name}) + "\n"
+        for proc in self._procs:
+            self._send(proc, hello)
 
     def _send(self, proc: subprocess.Popen, line: str) -> bool:
         try:
@@ -215,13 +225,30 @@ class BuildWorkers:
                 p.kill()
                 p.wait()
         self._alive = []
-        self._texts.unlink(missing_ok=True)
+        if self._texts is not None:
+            self._texts.unlink(missing_ok=True)
 
     def __del__(self):
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def early_workers(runtime, requested: int | None, kernels: int) -> BuildWorkers | None:
+    """Workers started before code generation, for a plan of `kernels` kernels that will
+    likely be built in parts (one in SPLIT_MIN_KERNELS of a plan's kernels is distinct and
+    long enough, as in the models measured): they open the device while the tile searches
+    and code generation run.  None where none would be used."""
+    if kernels < 4 * SPLIT_MIN_KERNELS or not driver_caches_kernels(runtime):
+        return None
+    count = worker_count(runtime, requested, MAX_PARTS)
+    if count == 0:
+        return None
+    try:
+        return BuildWorkers(runtime, count)
+    except OSError:
+        return None
 
 
 class Prebuild:
@@ -240,20 +267,23 @@ class Prebuild:
 
     @classmethod
     def start(cls, runtime, parts: Sequence[Part], options: Sequence[str],
-              requested: int | None, root: Path | None) -> Prebuild | None:
+              requested: int | None, root: Path | None,
+              started: BuildWorkers | None = None) -> Prebuild | None:
         """Workers that have built `parts`, or None where they would not help: one part, a
-        driver without its own cache, one core, or every part noted built before."""
-        if len(parts) < 2 or not driver_caches_kernels(runtime):
-            return None
+        driver without its own cache, one core, or every part noted built before.  `started`:
+        workers the compile started early (`early_workers`), used or stopped here."""
         todo = [i for i, p in enumerate(parts)
                 if root is None or not marker_path(root, runtime, p, options).exists()]
         count = worker_count(runtime, requested, len(todo))
-        if not todo or count == 0:
+        if len(parts) < 2 or not driver_caches_kernels(runtime) or not todo or count == 0:
+            if started is not None:
+                started.close()
             return None
         try:
-            workers = BuildWorkers(runtime, count, parts, options)
+            workers = started if started is not None else BuildWorkers(runtime, count)
         except OSError:
             return None
+        workers.give_texts(parts, options)
         ok = workers.run([{"op": "build", "part": i} for i in todo])
         built = {i for i, good in zip(todo, ok, strict=True) if good}
         return cls(workers, parts, runtime, options, root, built)
@@ -317,5 +347,5 @@ class Prebuild:
                 pass
 
 
-__all__ = ["BuildWorkers", "Part", "Prebuild", "driver_caches_kernels", "marker_path",
-           "split_parts", "worker_count"]
+__all__ = ["BuildWorkers", "Part", "Prebuild", "driver_caches_kernels", "early_workers",
+           "marker_path", "split_parts", "worker_count"]
