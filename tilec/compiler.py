@@ -36,7 +36,6 @@ from .runtime.launch import (
 from .runtime.memory import plan_memory
 from .runtime.prebuild import (
     BuildWorkers,
-    Part,
     Prebuild,
     driver_caches_kernels,
     early_workers,
@@ -75,9 +74,8 @@ class Executable(Launcher):
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         # A large program on PoCL's CPU devices is built in parts, by worker processes where
         # that is cold (`prebuild`); the parts then come from PoCL's cache here.
-        parts = (Part(self.source, tuple(dict.fromkeys(self.entries.values()))),) \
-            if built is not None or not driver_caches_kernels(runtime) \
-            else split_parts(shared, sources)
+        parts = split_parts(shared, sources,
+                            split=built is None and driver_caches_kernels(runtime))
         if built is not None and workers is not None:
             workers.close()
         self._prebuild = None if built is not None else Prebuild.start(
@@ -85,8 +83,6 @@ class Executable(Launcher):
             _cache_root(config), started=workers)
         programs = (built,) if built is not None else tuple(
             runtime.build(p.text, config.build_options, config) for p in parts)
-        if self._prebuild is not None and self._prebuild.built == set():
-            self._close_prebuild()
         home = {e: programs[i] for i, p in enumerate(parts) for e in p.entries}
         self._cl_programs = programs
         self.prebuilt = (0, 0)
@@ -103,8 +99,6 @@ class Executable(Launcher):
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate,
                     replan=lambda more: plan_memory(sources, sizes, keep | more))
-        self._answered: list[int] = []  # first launches the workers have answered
-        self._ahead: set[str] = set()  # entries given to the workers right after the build
         if self._prebuild is not None:
             self._launch_ahead()
 
@@ -137,25 +131,24 @@ class Executable(Launcher):
         bound one is computed on the host (`_on_host`), never launched."""
         copies = {k.name for k in self.plan.kernels
                   if isinstance(k, ContractionKernel) and is_plain_copy(k)}
-        ahead = [k for k in self.kernels if k.name not in copies]
-        self._ahead = {self.entries[k.name] for k in ahead}
-        self._prebuild.launch(self._first_launches(ahead), background=True,
-                              on_done=lambda *_: self._answered.append(1))
+        self._prebuild.launch(self._first_launches([k for k in self.kernels
+                                                    if k.name not in copies]),
+                              background=True)
 
     def _prepare(self, kernels: list[KernelInfo]) -> None:
         """Before launches: the workers' first launches are awaited, and kernels they have not
         launched are given to them (the first run's launches, at most twice)."""
         if self._prebuild is None or not kernels:
             return
+        pre = self._prebuild
         entries = {self.entries[k.name] for k in kernels}
-        with Progress(len(entries | self._ahead), "generating kernel code", unit="kernel",
+        with Progress(len(entries | pre.asked), "generating kernel code", unit="kernel",
                       quiet=not self.show_progress) as bar:
-            def tick(*_) -> None:
-                bar.step("", len(self._answered) - bar.done)
+            def tick() -> None:
+                bar.step("", pre.answered - bar.done)
 
-            self._prebuild.wait(tick)
-            self._prebuild.launch(self._first_launches(kernels),
-                                  on_done=lambda *_: (self._answered.append(1), tick()))
+            pre.wait(tick)
+            pre.launch(self._first_launches(kernels), tick=tick)
         if any(k.name not in self.hoisted for k in kernels):
             self._close_prebuild()  # a call's kernels (bind's come first): none later
 

@@ -35,15 +35,13 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
     from ..plan.search import search, tile_log
 
     flat = kernel.flat
-    forced = (config.tiles.get(kernel.name) or config.tiles.get(kernel.op.output)
-              or config.tiles.get("*"))
+    forced = forced_tile(config, kernel.op.output)
     if forced is not None:
         unknown = set(forced) - set(flat.names)
         if unknown:
             raise TileError(f"--tile for {kernel.op.output}: unknown index "
                             f"{', '.join(sorted(unknown))} (indices: {', '.join(flat.names)})")
-        tile = tuple(max(1, min(int(forced.get(n, r)), r))
-                     for n, r in zip(flat.names, flat.ranges, strict=True))
+        tile = forced_sizes(forced, flat)
         _, lines = tile_log(flat, hw, tile, kernel.post_op_count, dtype, config.cost_model)
         return tile, lines, None
     result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k,
@@ -80,7 +78,7 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
     # (the indices stay), not read in panels (which split one).  Without the relaid filter a
     # forced convolution tile got no vector lanes: 8x slower than the same tile searched.
     forced = {op.output for op in program.ops if isinstance(op, ir.Contraction)
-              and _forced_tile(config, op.output) is not None}
+              and forced_tile(config, op.output) is not None}
 
     def grouped() -> set[str]:
         """Statements that become one attention or row kernel: matched as written."""
@@ -91,10 +89,9 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
                 for op in program.ops[start:end]}
 
     def choose(flat):
-        given = _forced_tile(config, flat.output.name)
+        given = forced_tile(config, flat.output.name)
         if given is not None:
-            return tuple(max(1, min(int(given.get(n, r)), r))
-                         for n, r in zip(flat.names, flat.ranges, strict=True)), None
+            return forced_sizes(given, flat), None
         r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
                    model=config.cost_model, cache=search_cache_dir(config))
         return r.tile, (r.predicted[0][0] if r.predicted else None)
@@ -102,11 +99,17 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
     return pack_panels(program, hw, choose, relay_only=forced, grouped=grouped)
 
 
-def _forced_tile(config: Config, output: str) -> Mapping[str, int] | None:
-    """The tile the config forces on the contraction writing `output` (by kernel name, output
-    or "*"), as plan_tile reads it."""
+def forced_tile(config: Config, output: str) -> Mapping[str, int] | None:
+    """The tile the config forces on the contraction writing `output`: named by its kernel
+    (`contract_<output>`, `ContractionKernel.name`), its output, or "*" for every one."""
     return (config.tiles.get(f"contract_{output}") or config.tiles.get(output)
             or config.tiles.get("*"))
+
+
+def forced_sizes(forced: Mapping[str, int], flat) -> tuple[int, ...]:
+    """A forced tile over the flat indices: an index it leaves out takes its whole range."""
+    return tuple(max(1, min(int(forced.get(n, r)), r))
+                 for n, r in zip(flat.names, flat.ranges, strict=True))
 
 
 def search_cache_dir(config: Config):
@@ -208,9 +211,7 @@ def _record_choice(k: ContractionKernel, hw: HwModel, config: Config, dtype: str
 def _record_tile(k: ContractionKernel, config: Config,
                  tuned: Mapping[str, TuneRecord] | None):
     rec = tuned.get(k.name) if tuned else None
-    forced = (config.tiles.get(k.name) or config.tiles.get(k.op.output)
-              or config.tiles.get("*"))
-    if rec is None or forced is not None:
+    if rec is None or forced_tile(config, k.op.output) is not None:
         return None
     tile = rec.tile_for(k.flat.names, k.flat.ranges)
     return None if tile is None else (rec, tile)

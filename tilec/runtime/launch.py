@@ -94,20 +94,22 @@ class Launcher:
               outs: Mapping[str, np.ndarray]) -> Validation:
         raise NotImplementedError
 
+    def _slot(self, name: str) -> int | None:
+        return self.memory.slot_of.get(name) if self.memory else None
+
     def _buffer_bytes(self, name: str) -> int:
         """The size of the buffer `_buffer` gives `name` (its pool slot's, where pooled)."""
-        slot = self.memory.slot_of.get(name) if self.memory else None
+        slot = self._slot(name)
         return self.specs[name].nbytes if slot is None else self.memory.slot_bytes[slot]
 
     def _prepare(self, kernels: list[KernelInfo]) -> None:
         """Called before `kernels` are launched (a subclass may build ahead)."""
 
     def _buffer(self, name: str):
-        slot = self.memory.slot_of.get(name) if self.memory else None
+        slot = self._slot(name)
         key: object = name if slot is None else ("pool", slot)
         if key not in self._buffers:
-            nbytes = self.specs[name].nbytes if slot is None else self.memory.slot_bytes[slot]
-            self._buffers[key] = self.runtime.buffer(nbytes)
+            self._buffers[key] = self.runtime.buffer(self._buffer_bytes(name))
         return self._buffers[key]
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> None:

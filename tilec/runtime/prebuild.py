@@ -48,13 +48,14 @@ class Part:
     entries: tuple[str, ...]  # their entry points
 
 
-def split_parts(shared: SharedKernels, sources: Sequence[KernelSource]) -> tuple[Part, ...]:
-    """The program `shared` as parts to build separately: one part below the thresholds,
-    else up to MAX_PARTS, each distinct kernel to the part with the least text so far
-    (longest first), which depends on the kernels alone."""
+def split_parts(shared: SharedKernels, sources: Sequence[KernelSource],
+                split: bool = True) -> tuple[Part, ...]:
+    """The program `shared` as parts to build separately: one part below the thresholds (or
+    without `split`), else up to MAX_PARTS, each distinct kernel to the part with the least
+    text so far (longest first), which depends on the kernels alone."""
     by_name = {s.name: s for s in sources}
     firsts = [by_name[e] for e in dict.fromkeys(shared.entries.values())]
-    if len(firsts) < SPLIT_MIN_KERNELS or len(shared.text) < SPLIT_MIN_CHARS:
+    if not split or len(firsts) < SPLIT_MIN_KERNELS or len(shared.text) < SPLIT_MIN_CHARS:
         return (Part(shared.text, tuple(s.name for s in firsts)),)
     count = min(MAX_PARTS, len(firsts))
     loads = [0] * count
@@ -126,10 +127,6 @@ class BuildWorkers:
         self._alive = list(self._procs)
         self._greeted: set[subprocess.Popen] = set()  # those whose texts answer was read
         self._next_id = 0
-
-    @property
-    def count(self) -> int:
-        return len(self._procs)
 
     def give_texts(self, parts: Sequence[Part], options: Sequence[str]) -> None:
         """The programs the workers' requests name by index.  Through a file: a megabyte
@@ -262,6 +259,8 @@ class Prebuild:
         self.options, self.root, self.built = tuple(options), root, built
         self.failed: set[int] = set(range(len(parts))) - built  # parts not to note
         self.done: set[str] = set()  # entries whose first launch the workers made
+        self.asked: set[str] = set()  # entries whose first launch they were given
+        self.answered = 0  # first launches answered so far (a progress bar's count)
         self.launched = False
         self._thread: threading.Thread | None = None
 
@@ -286,14 +285,17 @@ class Prebuild:
         workers.give_texts(parts, options)
         ok = workers.run([{"op": "build", "part": i} for i in todo])
         built = {i for i, good in zip(todo, ok, strict=True) if good}
+        if not built:  # nothing for them to launch from
+            workers.close()
+            return None
         return cls(workers, parts, runtime, options, root, built)
 
     def launch(self, kernels: Sequence[tuple[str, int | None, int, Sequence[int], int]],
-               on_done=None, background: bool = False) -> None:
+               background: bool = False, tick=None) -> None:
         """First launches of (entry, local size, global size, argument bytes, text length) in
         the workers, each entry once, the longest texts first (the last to finish is then a
-        short one); `on_done(job, ok)` after each.  `background`: return at once, the
-        workers' answers read by a thread (`wait` joins it)."""
+        short one); `tick()` after each answer.  `background`: return at once, the workers'
+        answers read by a thread (`wait` joins it)."""
         self.wait()
         home = {e: i for i, p in enumerate(self.parts) for e in p.entries}
         jobs, entries = [], []
@@ -310,9 +312,15 @@ class Prebuild:
         if len(jobs) < 2:  # one kernel builds as fast here as there
             return
         self.launched = True
+        self.asked.update(entries)
+
+        def answered(*_) -> None:
+            self.answered += 1
+            if tick is not None:
+                tick()
 
         def run() -> None:
-            for entry, good in zip(entries, self.workers.run(jobs, on_done), strict=True):
+            for entry, good in zip(entries, self.workers.run(jobs, answered), strict=True):
                 if good:
                     self.done.add(entry)
                 else:
