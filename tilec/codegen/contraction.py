@@ -17,7 +17,7 @@ from ..plan.fuse import ContractionKernel
 from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained
-from . import clexpr, vector_finish
+from . import clexpr, columns, vector_finish
 from .address import kernel_args
 from .clexpr import plain_vector_access
 from .copy import vector_copy
@@ -254,13 +254,13 @@ class _Contraction:
             return names[-1]
         return bind
 
-    def unaligned(self, dtype: str) -> bool:
-        """Whether a vector of dtype that may start anywhere is read or written through the
-        kernel's `clexpr.unaligned_typedef` (devices with `plain_vectors`; the typedef is
-        then declared in the prologue)."""
+    def unaligned(self, dtype: str, width: int | None = None) -> bool:
+        """Whether a vector of dtype (of W lanes, or `width`) that may start anywhere is read
+        or written through the kernel's `clexpr.unaligned_typedef` (devices with
+        `plain_vectors`; the typedef is then declared in the prologue)."""
         if not self.plain_vectors or dtype not in clexpr.VECTOR_ACCESS:
             return False
-        self.typedefs[clexpr.unaligned_typedef(dtype, self.W)] = None
+        self.typedefs[clexpr.unaligned_typedef(dtype, width or self.W)] = None
         return True
 
     def local_offset(self, i: int, c: tuple[int, ...]) -> str:
@@ -682,48 +682,68 @@ class _Contraction:
         return parts[0]
 
     def epilogue(self) -> list[str]:
-        f, k_ = self.flat, self.kernel
-        out_t = f.output
-        out = []
-        vec_out = self.W > 1 and not self.sched.dot
-        lanes = range(self.W) if vec_out else [None]
+        f = self.flat
         partial = [k for k in self.out_idx if self.overhangs(k)]
+        conds, blocks = [], []
         for j, c in enumerate(self.points):
             env = self.point_env(c)
-            conds = [f"{env[k]} < {f.ranges[k]}" for k in partial]
-            conds += [f"{self.rel(k, a, raw=True)} < {self.sched.tile[k]}"
-                      for k, a in zip(self.out_idx, c, strict=True) if self.sched.ragged(k)]
+            cj = [f"{env[k]} < {f.ranges[k]}" for k in partial]
+            cj += [f"{self.rel(k, a, raw=True)} < {self.sched.tile[k]}"
+                   for k, a in zip(self.out_idx, c, strict=True) if self.sched.ragged(k)]
             # Fix (differential): where every element is one point of the box ("bijective"),
             # an element that a constraint on output indices excludes has no other writer, so
             # `finish` writes it the empty value; guarding its store left poison there.  Where
             # an init kernel has written those values, an excluded point may alias another
             # element (defract), so its store stays guarded.
-            if k_.out_map != "bijective":
-                conds += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
-                          if kind == "out"]
-            inner = []
-            base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
-            inner.append(f"const int o = {base};")
-            # (Lanes the output holds apart, `vector_candidates(cpu)`, are stored one by one.)
-            whole = vec_out and not self.need_hit and k_.op.default is None and \
-                not [ci for ci, kd in enumerate(self.cons_kind) if kd == "out"]
-            direct = whole and out_t.strides[self.v] == 1 and not k_.post_ops
-            if whole and k_.post_ops and vector_finish.applies(self):
-                inner += vector_finish.finish(self, j)
-            elif direct:
-                if k_.op.output in k_.writes:
-                    aligned = self.vector_aligned(0)
-                    inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
-                                              self.W, aligned=aligned, unaligned=not aligned
-                                              and self.unaligned(self.dtype)))
-            else:
-                for lane in lanes:
-                    inner += self.finish(j, lane)
-            block = ["{"] + ["    " + s for s in inner] + ["}"]
-            if conds:
-                block[0] = f"if ({' && '.join(conds)}) {{"
+            if self.kernel.out_map != "bijective":
+                cj += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
+                       if kind == "out"]
+            conds.append(cj)
+            blocks.append(self.point_block(j, env))
+        u = columns.column_index(self)
+        if u is None:
+            return [ln for j, b in enumerate(blocks) for ln in _guarded(b, conds[j])]
+        out = []
+        for js in columns.groups(self, u):
+            points = [ln for j in js for ln in _guarded(blocks[j], conds[j])]
+            if len(js) == 1:
+                out += points
+                continue
+            env = self.point_env(self.points[js[0]])
+            base = _lin([(f.output.strides[k], env[k]) for k in self.out_idx], f.output.offset)
+            block = ["{", f"    const int o = {base};"]
+            block += ["    " + ln for ln in columns.finish(self, js, u)] + ["}"]
+            # Columns where every point is inside the output; point by point where not.
+            cond = list(dict.fromkeys(x for j in js for x in conds[j]))
+            if cond:
+                block[0] = f"if ({' && '.join(cond)}) {{"
+                block += ["else {"] + ["    " + ln for ln in points] + ["}"]
             out += block
         return out
+
+    def point_block(self, j: int, env: dict[int, str]) -> list[str]:
+        """Accumulator j's post-ops and stores, one vector or lane by lane."""
+        f, k_ = self.flat, self.kernel
+        out_t = f.output
+        vec_out = self.W > 1 and not self.sched.dot
+        base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
+        inner = [f"const int o = {base};"]
+        # (Lanes the output holds apart, `vector_candidates(cpu)`, are stored one by one.)
+        whole = vec_out and not self.need_hit and k_.op.default is None and \
+            not [ci for ci, kd in enumerate(self.cons_kind) if kd == "out"]
+        direct = whole and out_t.strides[self.v] == 1 and not k_.post_ops
+        if whole and k_.post_ops and vector_finish.applies(self):
+            inner += vector_finish.finish(self, j)
+        elif direct:
+            if k_.op.output in k_.writes:
+                aligned = self.vector_aligned(0)
+                inner.append(clexpr.store(buf(out_t.name), "o", f"a_{j}", self.dtype,
+                                          self.W, aligned=aligned, unaligned=not aligned
+                                          and self.unaligned(self.dtype)))
+        else:
+            for lane in (range(self.W) if vec_out else [None]):
+                inner += self.finish(j, lane)
+        return inner
 
     def finish(self, j: int, lane: int | None) -> list[str]:
         """One output element: settle uncovered elements, run post-ops, store what is kept."""
@@ -879,6 +899,12 @@ class _Contraction:
         args = [KernelArg(n, "in", p.tensors[n].dtype, p.tensors[n].size) for n in ins]
         args += [KernelArg(n, "out", p.tensors[n].dtype, p.tensors[n].size) for n in k_.writes]
         return args
+
+
+def _guarded(inner: list[str], conds: list[str]) -> list[str]:
+    """`inner` as a block, run where every condition holds."""
+    head = f"if ({' && '.join(conds)}) {{" if conds else "{"
+    return [head] + ["    " + s for s in inner] + ["}"]
 
 
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,

@@ -1,0 +1,113 @@
+"""An epilogue in columns: post-ops and stores of an output whose vector lanes lie apart.
+
+A CPU convolution over an NCHW tensor holds its output channels in the vector lanes (one
+broadcast input value times a vector of filter values an FMA), but the output holds channels
+a whole image apart, so `vector_finish` stores each accumulator lane by lane: a 16-lane
+accumulator is 16 extracts and 16 scalar stores.  Its register tile also holds several
+points along the output's unit-stride index (x), and those points' lane l are neighbours in
+the output.  Here the accumulators of R such points (R of 2, 4, 8 or 16) are read as W
+columns: column l is lane l of each, an R-vector of consecutive output elements.  The
+post-ops run on columns (an operand that does not move along x is one broadcast value, one
+that moves at unit stride a vector read), and each column is one vector store.  A 3x3
+convolution of 64 channels at 4 points x 4 vectors stored 256 scalars; in columns it stores
+64 4-vectors, and PoCL also generates its code in a fraction of the time.
+
+Columns apply on CPUs (`_Contraction.cpu`) where the plain epilogue would run the post-ops on
+whole vectors (`vector_finish`) and store the lanes one by one; points whose positions along x
+run past the output are stored as before, point by point, behind the same guards."""
+
+from __future__ import annotations
+
+from . import clexpr, vector_finish
+from .kernel_text import LANES, buf
+
+# Column widths: OpenCL vector sizes (3 is left out: clang reads and writes a 3-vector
+# through a pointer as 4 elements).
+WIDTHS = (16, 8, 4, 2)
+
+
+def column_index(c) -> int | None:
+    """The output index whose consecutive register points are consecutive output elements
+    (unit output stride), where the lanes lie apart in the output; None where columns do
+    not apply."""
+    f, s, k_ = c.flat, c.sched, c.kernel
+    if not c.cpu or c.W <= 1 or s.dot or c.v is None or f.output.strides[c.v] in (0, 1):
+        return None
+    if c.split or c.need_hit or k_.op.default is not None or "out" in c.cons_kind:
+        return None
+    if k_.post_ops and not vector_finish.applies(c):
+        return None
+    for k in c.out_idx:
+        if k != c.v and f.output.strides[k] == 1 and c.acc[k] >= 2 and s.threads[k] == 1 \
+                and not s.ragged(k) and (s.run is None or s.run.index != k):
+            return k
+    return None
+
+
+def groups(c, u: int) -> list[list[int]]:
+    """Accumulator numbers in columns: points equal but along u, consecutive along it, in
+    runs of `WIDTHS` (a point left over is a run of one), ordered by their first point."""
+    at = c.out_idx.index(u)
+    rows: dict[tuple, list[tuple[int, int]]] = {}
+    for j, pt in enumerate(c.points):
+        rows.setdefault(pt[:at] + pt[at + 1:], []).append((pt[at], j))
+    out: list[list[int]] = []
+    for row in rows.values():
+        js = [j for _, j in sorted(row)]
+        i = 0
+        while i < len(js):
+            r = next((w for w in WIDTHS if i + w <= len(js)), 1)
+            out.append(js[i:i + r])
+            i += r
+    return sorted(out)
+
+
+def finish(c, js: list[int], u: int) -> list[str]:
+    """The columns of accumulators `js` (consecutive along u): post-ops and stores (the
+    epilogue has declared `o`, the output offset of the first point's first lane)."""
+    k_, W, R = c.kernel, c.W, len(js)
+    vtype = f"{c.ctype}{R}"
+    sv = c.flat.output.strides[c.v]
+    lines: list[str] = []
+    for lane in range(W):
+        elem = f"o + {lane * sv}" if lane else "o"
+        block = ["{", f"const int ol = {elem};"]
+        cols = ", ".join(f"a_{j}.s{LANES[lane]}" for j in js)
+        block.append(f"const {vtype} v = (({vtype})({cols}));")
+        names = {k_.op.output: "v"}
+
+        def ref(name: str, lane: int = lane, names: dict = names) -> str:
+            if name in names:
+                return names[name]
+            into, at = c.at_output(name, js[0], lane, elem="ol")
+            dtype = c.program.tensors[name].dtype
+            step = c.operand(name)[0][u]
+            if step == 0:  # the same value along the column
+                return f"(({vtype})({clexpr.load(buf(into), at, dtype)}))"
+            if step == 1:
+                return clexpr.load(buf(into), at, dtype, R, unaligned=c.unaligned(dtype, R))
+            items = ", ".join(clexpr.load(buf(into), f"{at} + {i * step}", dtype)
+                              for i in range(R))
+            return f"(({vtype})({items}))"
+
+        for po in k_.post_ops:
+            var = f"v_{po.output}"
+            text = clexpr.expr(po.expr, ref, width=R, bind=c.binder(block, vtype, var))
+            block.append(f"const {vtype} {var} = {text};")
+            names[po.output] = var
+        for w in k_.writes:
+            dtype = c.program.tensors[w].dtype
+            if w == k_.op.output:
+                (into, at), step = (c.flat.output.name, "ol"), 1
+            else:
+                (into, at), step = c.at_output(w, js[0], lane, elem="ol"), \
+                    c.operand(w)[0][u]
+            if step == 1:
+                block.append(clexpr.store(buf(into), at, names[w], dtype, R,
+                                          unaligned=c.unaligned(dtype, R)))
+            else:  # apart along u too (or one element: the last point's value is kept)
+                block += [clexpr.store(buf(into), f"{at} + {i * step}",
+                                       f"{names[w]}.s{LANES[i]}", dtype)
+                          for i in (range(R) if step else [R - 1])]
+        lines += block + ["}"]
+    return lines
