@@ -80,21 +80,10 @@ def finish(c, js: list[int], u: int) -> list[str]:
             if name in names:
                 return names[name]
             into, at = c.at_output(name, js[0], lane, elem="ol")
-            dtype = c.program.tensors[name].dtype
-            step = c.operand(name)[0][u]
-            if step == 0:  # the same value along the column
-                return f"(({vtype})({clexpr.load(buf(into), at, dtype)}))"
-            if step == 1:
-                return clexpr.load(buf(into), at, dtype, R, unaligned=c.unaligned(dtype, R))
-            items = ", ".join(clexpr.load(buf(into), f"{at} + {i * step}", dtype)
-                              for i in range(R))
-            return f"(({vtype})({items}))"
+            return vector_finish.operand(c, into, at, c.program.tensors[name].dtype,
+                                         c.operand(name)[0][u], R)
 
-        for po in k_.post_ops:
-            var = f"v_{po.output}"
-            text = clexpr.expr(po.expr, ref, width=R, bind=c.binder(block, vtype, var))
-            block.append(f"const {vtype} {var} = {text};")
-            names[po.output] = var
+        vector_finish.post_ops(c, block, ref, R, names)
         for w in k_.writes:
             dtype = c.program.tensors[w].dtype
             if w == k_.op.output:

@@ -36,21 +36,9 @@ def finish(c, j: int) -> list[str]:
         if name in names:
             return names[name]
         into, at = c.at_output(name, j, None, elem="o")
-        dtype = c.program.tensors[name].dtype
-        step = c.operand(name)[0][c.v]
-        if step == 0:  # the same value in every lane
-            return f"(({vtype})({clexpr.load(buf(into), at, dtype)}))"
-        if step == 1:
-            return clexpr.load(buf(into), at, dtype, W, unaligned=c.unaligned(dtype))
-        lanes = ", ".join(clexpr.load(buf(into), f"{at} + {lane * step}", dtype)
-                          for lane in range(W))
-        return f"(({vtype})({lanes}))"
+        return operand(c, into, at, c.program.tensors[name].dtype, c.operand(name)[0][c.v], W)
 
-    for po in k_.post_ops:
-        var = f"v_{po.output}"
-        text = clexpr.expr(po.expr, ref, width=W, bind=c.binder(lines, vtype, var))
-        lines.append(f"const {vtype} {var} = {text};")
-        names[po.output] = var
+    post_ops(c, lines, ref, W, names)
     for w in k_.writes:
         dtype = c.program.tensors[w].dtype
         if w == k_.op.output:
@@ -67,3 +55,27 @@ def finish(c, j: int) -> list[str]:
                       for lane in (range(W) if step else [W - 1])]
     lines.append("}")
     return lines
+
+
+def operand(c, into: str, at: str, dtype: str, step: int, width: int) -> str:
+    """A post-op operand as a `width`-vector of consecutive output elements, which lie `step`
+    apart in its buffer `into` from offset `at`: one value broadcast (0), a vector read (1),
+    or gathered element by element."""
+    vtype = f"{c.ctype}{width}"
+    if step == 0:
+        return f"(({vtype})({clexpr.load(buf(into), at, dtype)}))"
+    if step == 1:
+        return clexpr.load(buf(into), at, dtype, width, unaligned=c.unaligned(dtype, width))
+    items = ", ".join(clexpr.load(buf(into), f"{at} + {i * step}", dtype) for i in range(width))
+    return f"(({vtype})({items}))"
+
+
+def post_ops(c, lines: list[str], ref, width: int, names: dict[str, str]) -> None:
+    """The kernel's post-ops on `width`-vectors, appended to `lines`; `names` gains each
+    result's variable."""
+    vtype = f"{c.ctype}{width}"
+    for po in c.kernel.post_ops:
+        var = f"v_{po.output}"
+        text = clexpr.expr(po.expr, ref, width=width, bind=c.binder(lines, vtype, var))
+        lines.append(f"const {vtype} {var} = {text};")
+        names[po.output] = var
