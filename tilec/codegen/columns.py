@@ -31,7 +31,8 @@ def column_index(c) -> int | None:
     (unit output stride), where the lanes lie apart in the output; None where columns do
     not apply."""
     f, s, k_ = c.flat, c.sched, c.kernel
-    if not c.cpu or c.W <= 1 or s.dot or c.v is None or f.output.strides[c.v] in (0, 1):
+    if not c.cpu or c.W <= 1 or s.dot or c.v is None or f.output.strides[c.v] in (0, 1) \
+            or clexpr.COMPUTE[c.dtype] != "float":
         return None
     if c.split or c.need_hit or k_.op.default is not None or "out" in c.cons_kind:
         return None
