@@ -31,10 +31,8 @@ def column_index(c) -> int | None:
     (unit output stride), where the lanes lie apart in the output; None where columns do
     not apply."""
     f, s, k_ = c.flat, c.sched, c.kernel
-    if not c.cpu or c.W <= 1 or s.dot or c.v is None or f.output.strides[c.v] in (0, 1) \
-            or clexpr.COMPUTE[c.dtype] != "float":
-        return None
-    if c.split or c.need_hit or k_.op.default is not None or "out" in c.cons_kind:
+    if not c.cpu or not c.whole_vectors() or c.split or c.v is None or \
+            f.output.strides[c.v] in (0, 1) or clexpr.COMPUTE[c.dtype] != "float":
         return None
     if k_.post_ops and not vector_finish.applies(c):
         return None

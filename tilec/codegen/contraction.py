@@ -684,8 +684,8 @@ class _Contraction:
     def epilogue(self) -> list[str]:
         f = self.flat
         partial = [k for k in self.out_idx if self.overhangs(k)]
-        conds, blocks = [], []
-        for j, c in enumerate(self.points):
+        conds = []
+        for c in self.points:
             env = self.point_env(c)
             cj = [f"{env[k]} < {f.ranges[k]}" for k in partial]
             cj += [f"{self.rel(k, a, raw=True)} < {self.sched.tile[k]}"
@@ -699,38 +699,46 @@ class _Contraction:
                 cj += [self.constraint_text(ci, env) for ci, kind in enumerate(self.cons_kind)
                        if kind == "out"]
             conds.append(cj)
-            blocks.append(self.point_block(j, env))
+
+        def guarded(j: int) -> list[str]:
+            return _guarded(self.point_block(j), conds[j])
+
         u = columns.column_index(self)
         if u is None:
-            return [ln for j, b in enumerate(blocks) for ln in _guarded(b, conds[j])]
+            return [ln for j in range(len(self.points)) for ln in guarded(j)]
         out = []
         for js in columns.groups(self, u):
-            points = [ln for j in js for ln in _guarded(blocks[j], conds[j])]
             if len(js) == 1:
-                out += points
+                out += guarded(js[0])
                 continue
-            env = self.point_env(self.points[js[0]])
-            base = _lin([(f.output.strides[k], env[k]) for k in self.out_idx], f.output.offset)
-            block = ["{", f"    const int o = {base};"]
+            block = ["{", f"    const int o = {self.out_offset(js[0])};"]
             block += ["    " + ln for ln in columns.finish(self, js, u)] + ["}"]
             # Columns where every point is inside the output; point by point where not.
             cond = list(dict.fromkeys(x for j in js for x in conds[j]))
             if cond:
                 block[0] = f"if ({' && '.join(cond)}) {{"
-                block += ["else {"] + ["    " + ln for ln in points] + ["}"]
+                block += ["else {"] + ["    " + ln for j in js for ln in guarded(j)] + ["}"]
             out += block
         return out
 
-    def point_block(self, j: int, env: dict[int, str]) -> list[str]:
+    def whole_vectors(self) -> bool:
+        """Whether the epilogue may treat an accumulator's lanes alike: vectors over output
+        elements, each element written once, with no empty-element default to settle."""
+        return self.W > 1 and not self.sched.dot and not self.need_hit and \
+            self.kernel.op.default is None and "out" not in self.cons_kind
+
+    def out_offset(self, j: int) -> str:
+        """The output offset of accumulator point j (of its vector's first lane)."""
+        out_t, env = self.flat.output, self.point_env(self.points[j])
+        return _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
+
+    def point_block(self, j: int) -> list[str]:
         """Accumulator j's post-ops and stores, one vector or lane by lane."""
-        f, k_ = self.flat, self.kernel
-        out_t = f.output
+        k_, out_t = self.kernel, self.flat.output
         vec_out = self.W > 1 and not self.sched.dot
-        base = _lin([(out_t.strides[k], env[k]) for k in self.out_idx], out_t.offset)
-        inner = [f"const int o = {base};"]
+        inner = [f"const int o = {self.out_offset(j)};"]
         # (Lanes the output holds apart, `vector_candidates(cpu)`, are stored one by one.)
-        whole = vec_out and not self.need_hit and k_.op.default is None and \
-            not [ci for ci, kd in enumerate(self.cons_kind) if kd == "out"]
+        whole = self.whole_vectors()
         direct = whole and out_t.strides[self.v] == 1 and not k_.post_ops
         if whole and k_.post_ops and vector_finish.applies(self):
             inner += vector_finish.finish(self, j)
