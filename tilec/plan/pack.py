@@ -75,17 +75,16 @@ class Packing:
 
 
 def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
-                skip: Collection[str] = (), relay_only: Collection[str] = (),
+                relay_only: Collection[str] = (),
                 grouped: Callable[[], Collection[str]] | None = None) -> ir.Program:
     """`program` with the reused operand of each CPU matrix product packed in panels.
 
     `choose_tile(flat)` is the tile the search gives a flat contraction (compile passes its
-    own search, so the panel width is the register tile compile would build); contractions
-    whose output is in `skip` are left as written, those in `relay_only` may only read an
-    operand relaid with an axis last (their indices stay as written: a tile the user forced
-    names them), and so are left those `grouped()` names (asked once, at the first product
-    that would be packed: the statements another kernel kind takes in whole, which only then
-    are worth finding)."""
+    own search, so the panel width is the register tile compile would build).  Contractions
+    whose output is in `relay_only` may only read an operand relaid with an axis last (their
+    indices stay as written: a tile the user forced names them); those `grouped()` names are
+    left as written (asked once, at the first product that would be packed: the statements
+    another kernel kind takes in whole, which only then are worth finding)."""
     if hw.kind != "cpu":
         return program
     tensors = dict(program.tensors)
@@ -93,7 +92,7 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     # (operand, axis, nr) -> its packed tensor; nr 0: the operand with that axis moved last.
     made: dict[tuple[str, int, int], str] = {}
     changed = False
-    skip = set(skip)
+    skip: set[str] = set()  # filled from grouped() at the first change
     for op in program.ops:
         p: Packing | Relayout | None = None
         if isinstance(op, ir.Contraction) and op.output in relay_only:
