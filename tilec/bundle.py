@@ -37,12 +37,16 @@ import numpy as np
 
 from .config import Config
 from .errors import DeviceError, TileError
+from .plan.halo import Halo
 from .runtime.device import DeviceInfo, Runtime
 from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation, compare
 from .tune.records import TuneRecord
 
 FORMAT = "tilec-bundle"
-VERSION = 1
+# Version 2: buffers may carry a border the loader fills (`halo`); version 1 bundles have
+# none and read the same.
+VERSION = 2
+READS = (1, 2)
 META, SOURCE, BINARY = "bundle.json", "kernels.cl", "program.bin"
 
 
@@ -62,12 +66,17 @@ def manifest(exe) -> dict:
     """The launch manifest of a compiled executable: buffers, kernels in launch order with their
     arguments and sizes, build options, device and hardware model (`compile --manifest`)."""
     p = exe.program
+    halos = {h.root: h for h in exe.plan.halos}
     buffers = []
     for name in exe.plan.buffers():
-        t = p.tensors[name]
+        t = exe.plan.program.tensors[name]
         role = "input" if name in p.inputs else "output" if name in p.outputs else "temporary"
         buffers.append({"tensor": name, "role": role, "dtype": t.dtype, "shape": list(t.shape),
                         "bytes": exe.specs[name].nbytes})
+        if name in halos:  # a border no kernel writes: the buffer is filled first
+            h = halos[name]
+            buffers[-1]["halo"] = {"tensor": h.tensor, "lo": list(h.lo), "hi": list(h.hi),
+                                   "fill": h.fill}
     kernels = []
     for s in exe.sources:
         kernels.append({
@@ -144,9 +153,9 @@ def read_bundle(path: str | os.PathLike[str]
             meta = json.loads(z.read(META))
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                 raise BundleError(f"{path} is not a tilec bundle")
-            if meta.get("version") != VERSION:
+            if meta.get("version") not in READS:
                 raise BundleError(f"{path} is a version {meta.get('version')} bundle; this "
-                                  f"tilec reads version {VERSION}")
+                                  f"tilec reads versions {', '.join(map(str, READS))}")
             source = z.read(SOURCE)
             binary = z.read(BINARY) if meta.get("binary") else None
     except FileNotFoundError:
@@ -217,8 +226,10 @@ class BundledExecutable(Launcher):
         specs = {n: BufferSpec(tuple(b["shape"]), b["dtype"], int(b["bytes"]))
                  for n, b in self.buffers.items()}
         self._program = None
+        halos = [Halo(n, b["halo"]["tensor"], tuple(b["halo"]["lo"]), tuple(b["halo"]["hi"]),
+                      float(b["halo"]["fill"])) for n, b in self.buffers.items() if "halo" in b]
         self._setup(runtime, tuple(m["inputs"]), tuple(m["outputs"]), specs, kernels,
-                    cl_kernels, None, validate)
+                    cl_kernels, None, validate, halos=halos)
 
     def _launch_size(self, k: Mapping[str, Any]) -> tuple[int, int | None]:
         g = int(k["global_size"][0])

@@ -63,13 +63,14 @@ class Executable(Launcher):
         self.tuned: dict[str, TuneRecord] = dict(tuned or {})  # kernels chosen by a record
         # Kernels that differ only in names are one function in the program (`share`): the
         # source is what is built, `entries` says which of its kernels each launch runs.
-        shared = shared or share_kernels(sources, program.tensors)
+        shared = shared or share_kernels(sources, plan.program.tensors)
         self.shared = shared
         self.source = shared.text
         self.entries = shared.entries
         self.cost_log = "\n".join(s.cost for s in sources if s.cost)
-        specs = {n: BufferSpec(program.tensors[n].shape, program.tensors[n].dtype,
-                               program.tensors[n].size * itemsize(program.tensors[n].dtype))
+        tensors = plan.program.tensors  # the program's, and those planning adds (`halo`)
+        specs = {n: BufferSpec(tensors[n].shape, tensors[n].dtype,
+                               tensors[n].size * itemsize(tensors[n].dtype))
                  for n in plan.buffers()}
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         # A large program on PoCL's CPU devices is built in parts, by worker processes where
@@ -94,11 +95,12 @@ class Executable(Launcher):
         cl_kernels = {s.name: runtime.kernel(home[self.entries[s.name]], self.entries[s.name])
                       for s in sources}
         sizes = {n: s.nbytes for n, s in specs.items()}
-        keep = set(program.inputs) | set(program.outputs)
+        keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
         memory = plan_memory(sources, sizes, keep)
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate,
-                    replan=lambda more: plan_memory(sources, sizes, keep | more))
+                    replan=lambda more: plan_memory(sources, sizes, keep | more),
+                    halos=plan.halos)
         if self._prebuild is not None:
             self._launch_ahead()
 
@@ -236,7 +238,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
     program = packed(program, model, config)
     plan = plan_kernels(program, rows=config.row_fusion,
-                        attention=fuse_attention(config, model))
+                        attention=fuse_attention(config, model),
+                        halos=config.halos)
     step(progress, f"planned {len(plan.kernels)} kernels")
     if config.threads is None and model.threads > runtime.max_wg:
         # A model written for a bigger device: plan no more threads than this one takes.

@@ -37,6 +37,12 @@ class Config:
     # CPU matrix products read their reused operand from panels packed contiguous first
     # (`plan.pack`); False: as written.
     pack_panels: bool = True
+    # Zero-padded reads of tensors the program computes (a padded convolution's input) read
+    # a buffer with a zero border instead, the tensor written inside it (`plan.halo`), so
+    # the kernel tests no bounds: half the code of a padded convolution, a quarter less time
+    # generating resnet50's kernels on PoCL, but 2-4% slower 3x3 convolutions on the 2-core
+    # AVX-512 Xeon (PoCL 3.0), hence off unless asked for.
+    halos: bool = False
     # Attention (scores, softmax, value product) as one kernel (`plan.attention`), the scores
     # never stored.  None: where row fusion is on and the device is not a CPU; on PoCL the
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),

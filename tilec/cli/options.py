@@ -94,7 +94,8 @@ def make_config(args: argparse.Namespace) -> Config:
                   records_path=Path(records) if records else None,
                   use_tuning_records=not getattr(args, "no_records", False),
                   cost_model=getattr(args, "model", None) or "time",
-                  pack_panels=not getattr(args, "no_pack", False))
+                  pack_panels=not getattr(args, "no_pack", False),
+                  halos=getattr(args, "halos", False))
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -112,6 +113,10 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     help="CPU matrix products read their operands as written (by default the "
                     "operand each work-item reads a panel of is copied into contiguous "
                     "panels first)")
+    sp.add_argument("--halos", action="store_true",
+                    help="computed tensors that a convolution reads with zero padding are "
+                    "written inside a buffer with a zero border, and read there without "
+                    "bounds tests (smaller kernels, faster to build)")
     add_model_option(sp)
 
 

@@ -52,6 +52,10 @@ class FlatContraction:
     # Every index variable of the statement as (name, min, range), before folding and fusion:
     # what `flatten.operand_strides` needs to address other tensors over the flat indices.
     index_bounds: tuple[tuple[str, int, int], ...] = ()
+    # Indices of a padded window read through a zero border instead of under constraints
+    # (`plan.halo`): no bounds test, but tiled as the constrained window would be (the
+    # search's ranking, the vector index, the loop order: `schedule.constrained`).
+    windowed: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property

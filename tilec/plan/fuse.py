@@ -19,6 +19,7 @@ from .copies import compose_copies
 from .defract import overlap_error, rewritten
 from .flat import FlatContraction
 from .flatten import flatten, with_storage
+from .halo import Halo, pad_reads
 from .placement import Placement, Storage, place, storage_of
 from .rows import RowKernel, find_groups
 
@@ -85,6 +86,8 @@ class KernelPlan:
     kernels: tuple[Kernel, ...]
     # Tensors that live inside another tensor's buffer (`plan.placement`).
     storage: Mapping[str, Storage] = field(default_factory=dict, compare=False)
+    # Buffers whose border the runtime fills before any kernel runs (`plan.halo`).
+    halos: tuple[Halo, ...] = ()
 
     def buffers(self) -> tuple[str, ...]:
         """Tensors that own a buffer in global memory: inputs and every tensor a kernel
@@ -163,12 +166,13 @@ def _radix(pairs: list[tuple[int, int]]) -> list[int]:
 
 
 def plan_kernels(program: ir.Program, *, rows: bool = True, place_concats: bool = True,
-                 attention: bool | None = None) -> KernelPlan:
+                 attention: bool | None = None, halos: bool = False) -> KernelPlan:
     """`rows`: fuse reduction chains over the same rows into one kernel (`plan.rows`), and
     attention (scores, softmax, value product) into one kernel (`plan.attention`; `attention`
     None: as `rows`).
     `place_concats`: concatenations without copies (`plan.placement`).  Chains of copies
-    are composed into one first (`plan.copies`)."""
+    are composed into one first (`plan.copies`).  `halos`: zero-padded reads of computed
+    tensors read a bordered buffer instead, without bounds tests (`plan.halo`)."""
     program = compose_copies(program)
     attention = rows if attention is None else attention
     blocked: set[str] = set()
@@ -177,7 +181,10 @@ def plan_kernels(program: ir.Program, *, rows: bool = True, place_concats: bool 
         placement = place(program, blocked, skip) if place_concats else \
             Placement(program.ops, program.tensors)
         work = dataclasses.replace(program, ops=placement.ops, tensors=placement.tensors)
-        if not placement.storage:
+        storage, borders = dict(placement.storage), ()
+        if halos:
+            work, storage, borders = pad_reads(work, storage, blocked)
+        if not storage:
             break
         # Row and attention kernels address tensors row-major: what they read or write keeps
         # its own buffer (and the placement is redone).  A copy into a slice that such a
@@ -185,24 +192,22 @@ def plan_kernels(program: ir.Program, *, rows: bool = True, place_concats: bool 
         # to copies.
         opaque = list((find_groups(work) if rows else {}).values())
         opaque += list((find_attention(work) if attention else {}).values())
-        clash = {n for _, k in opaque for n in k.reads() | set(k.produces)
-                 if n in placement.storage}
+        clash = {n for _, k in opaque for n in k.reads() | set(k.produces) if n in storage}
         if not clash:
             break
         more = {placement.copies[n] for n in clash if n in placement.copies} - skip
         again = (clash - set(placement.copies)) - blocked
         if not more and not again:  # (each round keeps more apart: a safety net)
-            place_concats = False
+            place_concats = halos = False
         skip |= more
         blocked |= again
-    kernels = _group(work, rows, placement.storage, attention)
-    plan = dataclasses.replace(program, tensors=placement.tensors)
-    return KernelPlan(plan, tuple(_with_writes(work, kernels, placement.storage)),
-                      placement.storage)
+    kernels = _group(work, rows, storage, attention, {h.root: h for h in borders})
+    plan = dataclasses.replace(program, tensors=work.tensors)
+    return KernelPlan(plan, tuple(_with_writes(work, kernels, storage)), storage, borders)
 
 
 def _group(program: ir.Program, rows: bool, storage: Mapping[str, Storage],
-           attention: bool = True) -> list:
+           attention: bool = True, halos: Mapping[str, Halo] | None = None) -> list:
     groups: list[list] = []  # [contraction-or-None, flat, [elementwise...], out_map]
     row_groups = find_groups(program) if rows else {}
     row_groups.update(find_attention(program) if attention else {})  # an attention group's
@@ -219,6 +224,7 @@ def _group(program: ir.Program, rows: bool, storage: Mapping[str, Storage],
             flat_op, flat = _flatten(program, op, storage, i)
             out_map = classify_output(flat, program.tensors[op.output].size)
             flat = _addressed(flat, flat_op, program, storage)
+            flat = _windowed(flat, flat_op, halos or {})
             if out_map == "overlapping":
                 if flat_op is op and not _distinct_per_dim(op, flat):
                     raise overlap_error(op, program.source)
@@ -244,6 +250,23 @@ def _group(program: ir.Program, rows: bool, storage: Mapping[str, Storage],
             kernels.append(ElementwiseKernel(tuple(ew), program.tensors[ew[0].output].shape,
                                              ()))
     return kernels
+
+
+def _windowed(flat: FlatContraction, op: ir.Contraction, halos: Mapping[str, Halo]
+              ) -> FlatContraction:
+    """`flat` with the indices of its reads through a border marked (`FlatContraction.
+    windowed`)."""
+    names: set[str] = set()
+    for a in op.inputs:
+        h = halos.get(a.tensor)
+        if h is not None:
+            names |= {n for p, lo, hi in zip(a.idx, h.lo, h.hi, strict=True) if lo or hi
+                      for n, _ in p.terms}
+    if not names:
+        return flat
+    parts = dict(flat.fused)
+    found = tuple(k for k, n in enumerate(flat.names) if names & set(parts.get(n, (n,))))
+    return dataclasses.replace(flat, windowed=found)
 
 
 def fuse_attention(config, hw) -> bool:

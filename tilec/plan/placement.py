@@ -119,7 +119,7 @@ def find_concats(program: ir.Program) -> list[Concat]:
         found = _link(op, tensors)
         if found is not None:
             links[op.output] = (i, found)
-    readers = _readers(program)
+    reads = readers(program)
     nxt: dict[str, str] = {}  # link output -> the link that takes it as its default
     for name, (i, _) in links.items():
         d = program.ops[i].default  # type: ignore[union-attr]
@@ -132,7 +132,7 @@ def find_concats(program: ir.Program) -> list[Concat]:
         chain = [name]
         while chain[-1] in nxt:
             chain.append(nxt[chain[-1]])
-        found = _chain(program, chain, links, readers)
+        found = _chain(program, chain, links, reads)
         if found is not None:
             out.append(found)
     return out
@@ -167,7 +167,7 @@ def _chain(program: ir.Program, chain: list[str], links, readers) -> Concat | No
                   tuple(links[n][0] for n in chain))
 
 
-def _readers(program: ir.Program) -> dict[str, list[tuple[int, str]]]:
+def readers(program: ir.Program) -> dict[str, list[tuple[int, str]]]:
     """tensor -> (statement, how): "access" (a contraction operand), "default", "ref" (an
     elementwise operand at its own element) or "gather" (read at other elements)."""
     out: dict[str, list[tuple[int, str]]] = {n: [] for n in program.tensors}
@@ -195,7 +195,7 @@ def place(program: ir.Program, blocked: Iterable[str] = (), skip: Iterable[str] 
         return Placement(program.ops, program.tensors)
     blocked = set(blocked) | set(program.inputs) | set(program.outputs)
     tensors = dict(program.tensors)
-    readers = _readers(program)
+    reads = readers(program)
     link_of = {i for c in concats for i in c.links}
     concat_out = {c.output for c in concats}
     producer = {op.output: (i, op) for i, op in enumerate(program.ops)}
@@ -203,7 +203,7 @@ def place(program: ir.Program, blocked: Iterable[str] = (), skip: Iterable[str] 
     def addressable(name: str) -> bool:
         """Every statement that reads it can address it through a storage."""
         return name not in blocked and all(
-            how == "ref" or how == "access" or i in link_of for i, how in readers[name])
+            how == "ref" or how == "access" or i in link_of for i, how in reads[name])
 
     def writable(name: str) -> bool:
         if name in concat_out:
@@ -279,4 +279,4 @@ def _fresh(stem: str, tensors: Mapping[str, ir.Tensor]) -> str:
     return name
 
 
-__all__ = ["Concat", "Placement", "Storage", "find_concats", "place", "storage_of"]
+__all__ = ["Concat", "Placement", "Storage", "find_concats", "place", "readers", "storage_of"]

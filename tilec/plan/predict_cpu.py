@@ -38,7 +38,7 @@ from .cost import cpu_consts, input_streams, vector_lanes, vector_reads
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
-from .schedule import constrained
+from .schedule import windowed
 
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
 _COMPUTE, _L2, _DRAM, _LAUNCH, _REGS, _L1 = range(6)
@@ -125,7 +125,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # The loops of a chunk run the vector (or last unconstrained) index innermost; every trip
     # of the loops around it sets up masks and addresses again (a 3x3 convolution's i, j).
     reds = list(flat.reduce_indices)
-    inner = max(reds, key=lambda k: (k == u, k not in constrained(flat), k), default=None)
+    inner = max(reds, key=lambda k: (k == u, k not in windowed(flat), k), default=None)
     trips = np.prod(T[:, [k for k in reds if k != inner]], axis=1) if len(reds) > 1 \
         else np.ones(n, np.int64)
     item = il * (red * step + coeff.chunk + coeff.loop * trips) + coeff.tile

@@ -129,6 +129,12 @@ def constrained(flat: FlatContraction) -> set[int]:
     return {k for c in flat.constraints for k, v in enumerate(c.coeffs) if v}
 
 
+def windowed(flat: FlatContraction) -> set[int]:
+    """The constrained indices, and those of a padded window read through a border
+    (`plan.halo`): tile choices treat both alike, only the code's bounds tests differ."""
+    return constrained(flat) | set(flat.windowed)
+
+
 def distinct_points(flat: FlatContraction) -> bool:
     """Whether distinct points of the output indices always address distinct output elements
     (mixed-radix output strides), so that a point computed twice stores one value twice."""
@@ -187,7 +193,7 @@ def _relayable(flat: FlatContraction) -> bool:
     """Whether an unconstrained output index is read by one input only: a copy of that
     input with the index last (`plan.pack`) makes it a vector candidate (an NCHW
     convolution's output channels)."""
-    blocked = constrained(flat)
+    blocked = windowed(flat)
     return any(sum(1 for t in flat.inputs if t.strides[k]) == 1
                for k in flat.out_indices if k not in blocked)
 
@@ -196,7 +202,7 @@ def _vector_scores(flat: FlatContraction, staged: bool, cpu: bool,
                    products: bool) -> list[tuple]:
     """`vector_candidates`' sort keys, one for each index that qualifies (`products`: a
     constrained output index of a product may)."""
-    blocked = constrained(flat)
+    blocked = windowed(flat)
     scored = []
     for k in range(len(flat.names)):
         # A constrained output index (padded pooling columns: `codegen.interior.lane_edge`)

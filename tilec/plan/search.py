@@ -172,7 +172,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     timed = logged
     best, tally = _ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
                                 strategy) if logged else (None, None)
-    if logged and flat.constraints and not (best.shape[0] and time_ranks(flat, best[0], hw)):
+    window = flat.constraints or flat.windowed  # a padded window, bordered or not
+    if logged and window and not (best.shape[0] and time_ranks(flat, best[0], hw)):
         timed = False
     if not timed:
         best, tally = _ranked_tiles(cands, top_k, es,

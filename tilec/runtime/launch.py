@@ -5,7 +5,7 @@ poisoned outputs, launches in order with event timing, downloads and validation.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from ..config import Config
 from ..errors import TileError, ValidationError
 from ..lang import ir
+from ..plan.halo import Halo
 from .device import Runtime, event_seconds
 from .memory import MemoryPlan
 
@@ -70,7 +71,8 @@ class Launcher:
     def _setup(self, runtime: Runtime, inputs: tuple[str, ...], outputs: tuple[str, ...],
                specs: Mapping[str, BufferSpec], kernels: list[KernelInfo], cl_kernels: dict,
                memory: MemoryPlan | None, validate: bool,
-               replan: Callable[[set[str]], MemoryPlan] | None = None) -> None:
+               replan: Callable[[set[str]], MemoryPlan] | None = None,
+               halos: Iterable[Halo] = ()) -> None:
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         self.runtime = runtime
         self.inputs, self.outputs = inputs, outputs
@@ -89,6 +91,10 @@ class Launcher:
         self._hoist_reads: set[str] = set()  # the bound inputs they depend on
         self.bind_timings: dict[str, float] = {}
         self._args_set: dict[str, list] = {}  # the buffers each kernel was last launched with
+        # Buffers whose border holds a value no kernel writes (`plan.halo`): filled when the
+        # buffer is made, and again after poisoning.  They keep their own buffers.
+        self.halos = {h.root: h for h in halos}
+        assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
               outs: Mapping[str, np.ndarray]) -> Validation:
@@ -110,7 +116,23 @@ class Launcher:
         key: object = name if slot is None else ("pool", slot)
         if key not in self._buffers:
             self._buffers[key] = self.runtime.buffer(self._buffer_bytes(name))
+            if name in self.halos:
+                s = self.specs[name]
+                self.runtime.fill(self._buffers[key], NP[s.dtype](self.halos[name].fill),
+                                  s.nbytes)
         return self._buffers[key]
+
+    def _poison(self, name: str) -> None:
+        """Fill `name`'s buffer with NaN (or a pattern); a halo's border keeps its value."""
+        s = self.specs[name]
+        halo = self.halos.get(name)
+        if halo is None:
+            self.runtime.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
+            return
+        arr = np.full(s.shape, halo.fill, dtype=NP[s.dtype])
+        arr[tuple(slice(a, n - b) for a, b, n in zip(halo.lo, halo.hi, s.shape,
+                                                     strict=True))] = POISON[s.dtype]
+        self.runtime.upload(self._buffer(name), arr)
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Upload inputs that stay the same between calls (weights) once; later calls may
@@ -134,8 +156,7 @@ class Launcher:
         self.hoisted, self._hoist_reads = tuple(sorted(hoisted)), deps
         # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
         for name in sorted(kept):
-            s = self.specs[name]
-            self.runtime.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
+            self._poison(name)
         self.bind_timings = self._launch(self._bind_on_host(hoisted), 1)
 
     def _bind_on_host(self, hoisted: set[str]) -> list[KernelInfo]:
@@ -191,9 +212,9 @@ class Launcher:
         skip = set(self.hoisted) if not set(given) & self._hoist_reads else set()
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
         if poison:
-            for name, s in self.specs.items():
+            for name in self.specs:
                 if name not in self.inputs and name not in kept:
-                    rt.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
+                    self._poison(name)
         self.last_timings = self._launch([k for k in self.kernels if k.name not in skip],
                                          repeat)
         outs = {}
