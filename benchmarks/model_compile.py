@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def probe(path: str, cache_dir: str, device: str | None, profile: str | None,
-          workers: int | None = None) -> dict:
+          workers: int | None = None, halos: bool = False) -> dict:
     """In this (fresh) process: load + first run, timed; the caches are the environment's."""
     t0 = time.perf_counter()
     import numpy as np
@@ -43,7 +43,8 @@ def probe(path: str, cache_dir: str, device: str | None, profile: str | None,
     from tilec.runtime.device import Runtime
 
     import_s = time.perf_counter() - t0
-    config = Config(device=device, cache_dir=Path(cache_dir), use_tuning_records=False)
+    config = Config(device=device, cache_dir=Path(cache_dir), use_tuning_records=False,
+                    halos=halos)
     if workers is not None:
         config = replace(config, build_workers=workers)
     t = time.perf_counter()
@@ -97,8 +98,11 @@ def _env(folder: str) -> dict:
                 TILEC_CACHE_DIR=f"{folder}/tilec", CUDA_CACHE_PATH=f"{folder}/nv")
 
 
-def one(path: Path, folder: str, device: str | None, workers: int | None = None) -> dict:
+def one(path: Path, folder: str, device: str | None, workers: int | None = None,
+        halos: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--probe", str(path), "--cache-dir", f"{folder}/tilec"]
+    if halos:
+        cmd.append("--with-halos")
     if device:
         cmd += ["--device", device]
     if workers is not None:
@@ -146,12 +150,15 @@ def main() -> int:
                     help="Config.build_workers (0: build in process; default: automatic)")
     ap.add_argument("--profile", metavar="FILE.prof",
                     help="profile one cold load of the first model (cProfile) and stop")
+    ap.add_argument("--halos", choices=("off", "on", "both"), default="off",
+                    help="Config.halos (both: each round compiles with and without, in turn)")
+    ap.add_argument("--with-halos", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
         print(json.dumps(probe(args.probe, args.cache_dir, args.device, args.profile,
-                               args.build_workers)))
+                               args.build_workers, args.with_halos)))
         return 0
     with tempfile.TemporaryDirectory(prefix="tilec-models-") as mdir:
         models = write_models(args.models, Path(mdir))
@@ -165,13 +172,17 @@ def main() -> int:
                 print(p.stdout, p.stderr[-2000:])
             return p.returncode
         rows = []
+        settings = {"off": (False,), "on": (True,), "both": (False, True)}[args.halos]
         for name, path in models.items():
-            cold, warm = [], []
+            runs: dict[bool, tuple[list, list]] = {h: ([], []) for h in settings}
             for _ in range(args.rounds):
-                with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
-                    cold.append(one(path, d, args.device, args.build_workers))
-                    warm.append(one(path, d, args.device, args.build_workers))
-            rows.append((name, cold, warm))
+                for h in settings:
+                    with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
+                        runs[h][0].append(one(path, d, args.device, args.build_workers, h))
+                        runs[h][1].append(one(path, d, args.device, args.build_workers, h))
+            for h in settings:
+                label = f"{name} (halos)" if h else name
+                rows.append((label, *runs[h]))
     first = rows[0][1][0]
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine()} (load average {load}), "
