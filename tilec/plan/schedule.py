@@ -289,6 +289,10 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
         room = min(room, hw.local_mem_bytes - sum(4 * st.elems for st in kept if st))
     k, n = split_choice(sched, budget, auto, split_reduction, room)
     if n > 1:
+        # A run is read from its local tile: where the split reads that input through the
+        # cache instead, its points are plain reads.
+        if run is not None and kept[run.input] is None:
+            run = None
         sched = Schedule(flat, tuple(tile), tuple(th), vec_index, lanes, kept, k, n, run)
     elif forms:
         trips = 1
