@@ -9,7 +9,6 @@ import pytest
 from tilec import bundle
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
-from tilec.lang import ir
 from tilec.lang.reference import random_array
 from tilec.plan.fuse import ContractionKernel, plan_kernels
 from tilec.plan.halo import pad_reads
@@ -143,9 +142,3 @@ def test_a_bundle_keeps_the_border(tmp_path):
     ref = exe.run(arrays)
     out = loaded.run(arrays, poison=True)
     np.testing.assert_allclose(out["O"], ref["O"], rtol=1e-5, atol=1e-5)
-
-
-def test_halo_root_is_a_plain_tensor():
-    p = program(CONV, CONV_SHAPES)
-    out, _, _ = pad_reads(p, {})
-    assert isinstance(out.tensors["R_halo"], ir.Tensor)

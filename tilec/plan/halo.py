@@ -28,9 +28,10 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..errors import TileError
 from ..lang import ir
 from .flatten import flatten
-from .placement import Storage, readers
+from .placement import Storage, fresh_name, readers
 
 # A border wider than this on one side is not worth its memory (a 7x7 stem's is 3).
 MAX_PAD = 4
@@ -59,7 +60,7 @@ class Halo:
                                                             strict=True)), padded.strides)
 
 
-def _pads(op: ir.Contraction, access: ir.Access, shape: tuple[int, ...],
+def _pads(access: ir.Access, shape: tuple[int, ...],
           bounds: Mapping[str, tuple[int, int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """How far the access reaches below 0 and past the end of each axis over the index box."""
     lo, hi = [], []
@@ -125,9 +126,9 @@ def pad_reads(program: ir.Program, storage: Mapping[str, Storage],
             access = next(a for a in op.inputs if a.tensor == name)
             try:
                 box = _box(op, tensors)
-            except Exception:  # noqa: BLE001 - a statement flatten refuses stays as written
+            except TileError:  # a statement flatten refuses stays as written
                 continue
-            lo, hi = _pads(op, access, t.shape, box)
+            lo, hi = _pads(access, t.shape, box)
             if any(lo) or any(hi):
                 wants[i] = (box, lo, hi)
         if not wants:
@@ -138,7 +139,7 @@ def pad_reads(program: ir.Program, storage: Mapping[str, Storage],
             continue
         lo, hi = _aligned(t, lo, hi)
         shape = tuple(n + a + b for n, a, b in zip(t.shape, lo, hi, strict=True))
-        padded = ir.Tensor(_fresh(f"{name}_halo", tensors), shape, t.dtype)
+        padded = ir.Tensor(fresh_name(f"{name}_halo", tensors), shape, t.dtype)
         if padded.size > MAX_GROWTH * t.size:
             continue
         tensors[padded.name] = padded
@@ -183,13 +184,6 @@ def _read_padded(op: ir.Contraction, name: str, padded: str, lo: tuple[int, ...]
             ir.Poly.make(dict(p.terms), p.const + s) for p, s in zip(a.idx, lo, strict=True)))
         if a.tensor == name else a for a in op.inputs)
     return dataclasses.replace(op, inputs=inputs)
-
-
-def _fresh(stem: str, tensors: Mapping[str, ir.Tensor]) -> str:
-    name, k = stem, 1
-    while name in tensors:
-        name, k = f"{stem}_{k}", k + 1
-    return name
 
 
 __all__ = ["Halo", "pad_reads"]

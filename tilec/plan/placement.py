@@ -238,7 +238,7 @@ def place(program: ir.Program, blocked: Iterable[str] = (), skip: Iterable[str] 
                 storage[operand] = want
                 continue
             t = tensors[operand]
-            copy = _fresh(f"{c.output}_at{start}", tensors)
+            copy = fresh_name(f"{c.output}_at{start}", tensors)
             tensors[copy] = ir.Tensor(copy, t.shape, t.dtype)
             storage[copy] = want
             stmt = ir.Elementwise(copy, ir.Ref(operand, t.dtype, t.shape),
@@ -272,11 +272,12 @@ def _view(c: Concat, storage: Mapping[str, Storage],
     return found
 
 
-def _fresh(stem: str, tensors: Mapping[str, ir.Tensor]) -> str:
+def fresh_name(stem: str, tensors: Mapping[str, ir.Tensor]) -> str:
     name, k = stem, 1
     while name in tensors:
         name, k = f"{stem}_{k}", k + 1
     return name
 
 
-__all__ = ["Concat", "Placement", "Storage", "find_concats", "place", "readers", "storage_of"]
+__all__ = ["Concat", "Placement", "Storage", "find_concats", "fresh_name", "place", "readers",
+           "storage_of"]
