@@ -180,7 +180,7 @@ def _ort_time(path: Path, feed: dict, repeat: int) -> float:
 
 
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
-        profile: int = 0, peer_name: str = "torch") -> None:
+        profile: int = 0, peer_name: str = "torch", chains: bool = True) -> None:
     import tilec.onnx
     from tilec.config import Config
 
@@ -203,7 +203,7 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
         try:
             data = np.load(folder / f"{name}-b{batch}.npz")
             cache = tempfile.mkdtemp(prefix="tilec-zoo-")
-            config = Config(device=device, cache_dir=Path(cache))
+            config = Config(device=device, cache_dir=Path(cache), chains=chains)
             t0 = time.perf_counter()
             exe = tilec.onnx.load(str(path), config=config)
             cold = time.perf_counter() - t0
@@ -263,12 +263,15 @@ def main() -> int:
     ap.add_argument("--peer", choices=["torch", "onnxruntime"], default="torch",
                     help="run: torch eager on the GPU (kernel times), or onnxruntime's CPU "
                          "provider (wall times of one call on both sides)")
+    ap.add_argument("--no-chains", action="store_true",
+                    help="run: one launch a kernel (no chains of small kernels, `plan.chain`)")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else VISION + OTHER
     if args.what == "export":
         export(args.folder, names, [int(b) for b in args.batches.split(",")])
     else:
-        run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer)
+        run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer,
+            chains=not args.no_chains)
     return 0
 
 

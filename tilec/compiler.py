@@ -19,6 +19,7 @@ from .errors import Source, TileError
 from .lang import ir
 from .lang.api import check_program
 from .lang.check import normalize_dtype
+from .plan.chain import chain_kernels
 from .plan.fuse import ContractionKernel, KernelPlan, fuse_attention, is_plain_copy, plan_kernels
 from .plan.hw import HwModel
 from .runtime import compiled
@@ -245,6 +246,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         # A model written for a bigger device: plan no more threads than this one takes.
         config = replace(config, threads=_floor_pow2(runtime.max_wg))
     tuned = _lookup_records(plan, model, config, runtime, records)
+    if config.chains:
+        plan = chain_kernels(plan, model)
     # Build workers start now, opening the device while the kernels are generated.
     workers = early_workers(runtime, config.build_workers, len(plan.kernels))
     while True:

@@ -43,6 +43,10 @@ class Config:
     # generating resnet50's kernels on PoCL, but 2-4% slower 3x3 convolutions on the 2-core
     # AVX-512 Xeon (PoCL 3.0), hence off unless asked for.
     halos: bool = False
+    # Runs of small kernels (each one compute unit finishes within about a launch's cost: an
+    # unrolled recurrent layer's steps, a batch-1 tail) run as one kernel of one work-group
+    # that takes them in turn, barriers between them (`plan.chain`); False: one launch each.
+    chains: bool = True
     # Attention (scores, softmax, value product) as one kernel (`plan.attention`), the scores
     # never stored.  None: where row fusion is on and the device is not a CPU; on PoCL the
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),

@@ -49,10 +49,10 @@ def _broadcast_offset(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str
     return " + ".join(terms) if terms else "0"
 
 
-def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> KernelSource:
+def elementwise_body(kernel: ElementwiseKernel, program: ir.Program) -> list[str]:
+    """The statements that compute and store flat element `gid` of the kernel's shape (an
+    elementwise kernel's body, and a chain's stage: `chain.py`)."""
     shape = kernel.shape
-    count = max(1, prod(shape))
-    check_int_offsets(f"`{kernel.ops[0].text}`", 0, count)
     names: dict[str, str] = {}
     body: list[str] = []
     positional = Positional(shape, program, _broadcast_offset)
@@ -78,6 +78,15 @@ def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> Kernel
         if w in placed:
             at, into = operand_offset(shape, shape, placed[w]), placed[w].root
         body.append(clexpr.store(buf(into), at, names[w], program.tensors[w].dtype))
+    return body
+
+
+def elementwise_source(kernel: ElementwiseKernel, program: ir.Program) -> KernelSource:
+    shape = kernel.shape
+    count = max(1, prod(shape))
+    check_int_offsets(f"`{kernel.ops[0].text}`", 0, count)
+    placed = dict(kernel.storage)
+    body = elementwise_body(kernel, program)
     produced = set(kernel.produces)
     ins = list(dict.fromkeys(r for op in kernel.ops for r in ir.expr_refs(op.expr)
                              if r not in produced))

@@ -14,11 +14,13 @@ from ..errors import TileError
 from ..lang import ir
 from ..plan.attention import AttentionKernel
 from ..plan.attention_time import Form
+from ..plan.chain import ChainKernel
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
+from .chain import chain_source
 from .attention_tiled import attention_forms, attention_kernel
 from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
@@ -146,6 +148,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
             if k.out_map == "injective":
                 sources.append(init_source(k, plan.program))
             sources.append(contraction_source(k, sched, plan.program, lines, hw))
+        elif isinstance(k, ChainKernel):
+            sources.append(chain_source(k, plan, hw))
         elif isinstance(k, RowKernel):
             sources.append(row_source(k, plan.program, hw, config.threads,
                                       _record_shape(k, plan, hw, config, tuned)))

@@ -193,6 +193,15 @@ class _Steps:
                     bias = bias + _block(b, d, (layer.gates + k) * h, h)
             self.proj.append(ops.gemm(layer.x2, _block(w, d, k * h, h), bias, trans_b=True))
         self.masks = _masks(layer, sequence_lens)
+        self._r: dict[int, Value] = {}
+
+    def recurrent(self, k: int) -> Value:
+        """Gate k's block of R, made once for all the steps (a constant block per step would
+        be one more buffer per step: 124 copies of R's blocks in a 32-step LSTM)."""
+        if k not in self._r:
+            hs = self.layer.hidden
+            self._r[k] = _block(self.r, self.d, k * hs, hs)
+        return self._r[k]
 
     def rows(self, k: int, t: int) -> Value:
         p = self.proj[k]
@@ -206,8 +215,7 @@ class _Steps:
         the rows when h is zero (no initial state yet)."""
         if h is None:
             return self.rows(k, t)
-        hs = self.layer.hidden
-        return ops.gemm(h, _block(self.r, self.d, k * hs, hs), self.rows(k, t), trans_b=True)
+        return ops.gemm(h, self.recurrent(k), self.rows(k, t), trans_b=True)
 
 
 def _masks(layer: _Layer, lens: Value | None) -> list[Value] | None:
@@ -337,8 +345,7 @@ def gru(x: Value, w: Value, r: Value, b: Value | None = None,
             if h is None:  # a zero state: no recurrent product, z * H vanishes
                 pre = steps.rows(2, t) if rbh is None else steps.rows(2, t) + rg * rbh
             elif lbr:
-                rh = _block(r, d, 2 * hs, hs)
-                lin = ops.gemm(h, rh, rbh, trans_b=True)
+                lin = ops.gemm(h, steps.recurrent(2), rbh, trans_b=True)
                 pre = steps.rows(2, t) + rg * lin
             else:
                 pre = steps.pre(2, t, rg * h)
