@@ -84,9 +84,8 @@ def test_dense_block_nhwc():
 
 def test_dense_block_kernel_count():
     """The concatenation copies are gone: one kernel a statement group, none a copy."""
-    from tilec.plan.fuse import plan_kernels
-
     from tilec.config import Config
+    from tilec.plan.fuse import plan_kernels
 
     g, _, _ = dense_block(1, 8, 4, 6, 6)
     # (Chains would merge the small kernels that remain: counted apart, `plan.chain`.)

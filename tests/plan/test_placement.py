@@ -227,7 +227,7 @@ def test_program(name, hw):
 @pytest.mark.parametrize("n", [1, 2])
 def test_dense_block(n, hw):
     text, shapes = _dense_block(n, 4, 3, 5)
-    exe = run_case(text, shapes, hw=hw, seed=n)
+    exe = run_case(text, shapes, hw=hw, seed=n, chains=False)  # (counted one a kernel)
     # The three views and five placed features: no copy kernel, one buffer for all.
     assert not any("part" in s.name or s.name.startswith(("contract_C", "init_"))
                    for s in exe.sources)

@@ -20,8 +20,8 @@ from ..plan.hw import HwModel
 from ..plan.row_shape import RowShape, candidates
 from ..plan.rows import RowKernel
 from ..plan.schedule import make_schedule
-from .chain import chain_source
 from .attention_tiled import attention_forms, attention_kernel
+from .chain import chain_source
 from .contraction import KernelSource, contraction_source
 from .elementwise import elementwise_source, init_source
 from .rows import row_source
