@@ -95,7 +95,8 @@ def make_config(args: argparse.Namespace) -> Config:
                   use_tuning_records=not getattr(args, "no_records", False),
                   cost_model=getattr(args, "model", None) or "time",
                   pack_panels=not getattr(args, "no_pack", False),
-                  halos=getattr(args, "halos", False))
+                  halos=getattr(args, "halos", False),
+                  chains=not getattr(args, "no_chains", False))
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -117,6 +118,9 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     help="computed tensors that a convolution reads with zero padding are "
                     "written inside a buffer with a zero border, and read there without "
                     "bounds tests (smaller kernels, faster to build)")
+    sp.add_argument("--no-chains", action="store_true",
+                    help="one launch a kernel (by default runs of small kernels, such as an "
+                    "unrolled recurrent layer's steps, run as one kernel of one work-group)")
     add_model_option(sp)
 
 
