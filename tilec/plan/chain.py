@@ -189,7 +189,7 @@ def _chains(run: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
     start = 0
     while start < len(run):
         end = start + 1
-        while end < len(run) and len(_outer(run[start:end + 1], run, plan)) <= MAX_ARGS:
+        while end < len(run) and len(_outer(run[start:end + 1], plan)) <= MAX_ARGS:
             end += 1
         piece = run[start:end]
         if len(piece) < MIN_STAGES:
@@ -200,7 +200,7 @@ def _chains(run: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
     return out
 
 
-def _outer(piece: list[Stage], run: list[Stage], plan: KernelPlan) -> set[str]:
+def _outer(piece: list[Stage], plan: KernelPlan) -> set[str]:
     """The buffers a piece takes as arguments (those not kept inside it), scratch aside."""
     inner = _inner(piece, plan)
     used: set[str] = set()
