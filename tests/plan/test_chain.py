@@ -81,7 +81,7 @@ def test_small_kernels_become_one_chain_with_barriers_only_where_needed():
             last = i
         # Every stage that reads what an earlier stage of the chain wrote has a barrier
         # between them.
-        for r in {t for k in [s] for t in _reads_of(k)}:
+        for r in _reads_of(s):
             if r in written:
                 assert written[r] < last, (names[i], r)
         for w in s.writes:

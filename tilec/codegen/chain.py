@@ -14,7 +14,7 @@ the tensor's own buffer name: the stages address them as any kernel addresses a 
 from __future__ import annotations
 
 from ..lang import ir
-from ..plan.chain import ChainKernel, Stage, stage_buffers
+from ..plan.chain import ChainKernel, Stage, stage_buffers, stage_elements
 from ..plan.flatten import operand_strides
 from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
@@ -27,9 +27,9 @@ from .kernel_text import (
     arg_decl,
     buf,
     check_int_offsets,
-    prod,
     template_env,
 )
+from .split import agg_pair
 
 
 def chain_source(chain: ChainKernel, plan: KernelPlan, hw: HwModel) -> KernelSource:
@@ -55,7 +55,7 @@ def chain_source(chain: ChainKernel, plan: KernelPlan, hw: HwModel) -> KernelSou
     for i, k in enumerate(chain.stages):
         if chain.barriers[i]:
             shift = 0
-        count = _count(k, program)
+        count = stage_elements(k, program)
         check_int_offsets(f"`{_title(k)}`", 0, count)
         # Work-item shift % g takes element 0.  (Written as a select: PoCL 3.0 left the
         # elements past the group's size undone when the start was `(lid + c) % g` in a
@@ -86,16 +86,10 @@ def _title(k: Stage) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
-def _count(k: Stage, program: ir.Program) -> int:
-    if isinstance(k, ContractionKernel):
-        return program.tensors[k.op.output].size
-    return max(1, prod(k.shape))
-
-
 def _flops(k: Stage, program: ir.Program) -> int:
     if isinstance(k, ContractionKernel):
         return 2 * k.flat.points
-    return _count(k, program) * len(k.ops)
+    return stage_elements(k, program) * len(k.ops)
 
 
 def _contraction(k: ContractionKernel, program: ir.Program, hw: HwModel) -> list[str]:
@@ -235,7 +229,6 @@ def _dot(k: ContractionKernel, i: int, names: list[str], w: int, muladd: str
     return lines, f"for (int {n} = {whole}; {n} < {f.ranges[i]}; ++{n})"
 
 
-
 def _operand(k: ContractionKernel, program: ir.Program, name: str):
     s = dict(k.storage).get(name)
     return operand_strides(k.op.out_idx, k.flat, program.tensors[name].shape,
@@ -244,7 +237,7 @@ def _operand(k: ContractionKernel, program: ir.Program, name: str):
 
 
 def _at(strides: tuple[int, ...], off: int, names: list[str]) -> str:
-    return _lin([(s, names[i]) for i, s in enumerate(strides)], off) or "0"
+    return _lin([(s, names[i]) for i, s in enumerate(strides)], off)
 
 
 def _update(agg: str, comb: str | None, vals: list[str], ctype: str, muladd: str) -> str:
@@ -259,15 +252,7 @@ def _update(agg: str, comb: str | None, vals: list[str], ctype: str, muladd: str
     else:
         then = vals[2] if comb == "?" else "1"
         val = f"(({vals[0]} == {vals[1]}) ? {then} : 0)"
-    if agg == "+":
-        return f"acc += {val};"
-    if agg == "*":
-        return f"acc *= {val};"
-    if agg in (">", "<"):
-        fn = ("fmax" if agg == ">" else "fmin") if ctype == "float" else \
-            ("max" if agg == ">" else "min")
-        return f"acc = {fn}(acc, {val});"
-    return f"acc = {val};"
+    return f"acc = {agg_pair(agg, ctype, 'acc', val)};"
 
 
 __all__ = ["chain_source"]

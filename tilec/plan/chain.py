@@ -24,6 +24,7 @@ haloed buffer (its border is the runtime's)."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 from ..lang import ir
@@ -86,12 +87,19 @@ def stage_buffers(k: Stage, plan: KernelPlan) -> tuple[set[str], set[str]]:
     return reads, writes
 
 
+def stage_elements(k: Stage, program: ir.Program) -> int:
+    """The output elements a stage's work-items walk (one a pass of a work-item's loop)."""
+    if isinstance(k, ContractionKernel):
+        return program.tensors[k.op.output].size
+    return max(1, program.tensors[k.ops[0].output].size)
+
+
 def _stage_work(k: Stage, program: ir.Program) -> tuple[int, int]:
     """(arithmetic operations, elements touched) of a stage."""
+    n = stage_elements(k, program)
     if isinstance(k, ContractionKernel):
         posts = sum(program.tensors[p.output].size for p in k.post_ops)
-        return 2 * k.flat.points + posts, k.flat.points + program.tensors[k.op.output].size
-    n = max(1, program.tensors[k.ops[0].output].size)
+        return 2 * k.flat.points + posts, k.flat.points + n
     return n * len(k.ops), n * (1 + len(k.writes))
 
 
@@ -101,26 +109,20 @@ def stage_seconds(k: Stage, program: ir.Program, hw: HwModel) -> float:
     measured peak or bandwidth (a GPU not calibrated) counts from the clock: 32 lanes of
     multiply-add a cycle (GPUs have 64-128) and 32 bytes a cycle, both on the low side."""
     ops, elems = _stage_work(k, program)
+    clock = (hw.clock_mhz or 1000) * 1e6
     waits = 0.0
     if hw.kind == "gpu":
         # A work-item's elements follow each other: each pass of its loop waits out a trip to
         # the L2 (its store may alias the next load, so the compiler keeps them in order).
         # gpt-style models' 16384-element transposes took 28 us in one work-group of an
         # H200 against about 4 us a launch.
-        passes = -(-_elements(k, program) // _group_size(hw))
-        waits = passes * GPU_LATENCY_CYCLES / ((hw.clock_mhz or 1000) * 1e6)
+        passes = -(-stage_elements(k, program) // _group_size(hw))
+        waits = passes * GPU_LATENCY_CYCLES / clock
     cus = max(1, hw.compute_units)
-    clock = (hw.clock_mhz or 1000) * 1e6
     peak = hw.peak_gflops * 1e9 / cus if hw.peak_gflops else clock * 64
-    bw = (hw.l2_gbs or hw.bandwidth_gbs) * 1e9 / cus if (hw.l2_gbs or hw.bandwidth_gbs) \
-        else clock * 32
+    l2 = hw.l2_gbs or hw.bandwidth_gbs
+    bw = l2 * 1e9 / cus if l2 else clock * 32
     return ops / (peak * STAGE_EFFICIENCY) + elems * 4 / bw + waits
-
-
-def _elements(k: Stage, program: ir.Program) -> int:
-    if isinstance(k, ContractionKernel):
-        return program.tensors[k.op.output].size
-    return max(1, program.tensors[k.ops[0].output].size)
 
 
 def launch_seconds(hw: HwModel) -> float:
@@ -156,6 +158,7 @@ def chain_kernels(plan: KernelPlan, hw: HwModel) -> KernelPlan:
     """`plan` with each run of consecutive small kernels replaced by one chain kernel."""
     halo_roots = {h.root for h in plan.halos}
     launch = launch_seconds(hw)
+    uses = _Uses(plan)
     small = []
     for k in plan.kernels:
         small.append(eligible(k, plan, halo_roots) and
@@ -172,8 +175,7 @@ def chain_kernels(plan: KernelPlan, hw: HwModel) -> KernelPlan:
             kernels.append(plan.kernels[i])
             i += 1
             continue
-        made = _chains(run, plan, tensors, hw, launch)
-        kernels += made
+        kernels += _chains(run, plan, tensors, hw, launch, uses)
         i = j
     if len(kernels) == len(plan.kernels):
         return plan
@@ -182,60 +184,68 @@ def chain_kernels(plan: KernelPlan, hw: HwModel) -> KernelPlan:
 
 
 def _chains(run: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
-            launch: float) -> list:
+            launch: float, uses: _Uses) -> list:
     """The run as chains within the argument limit (a kernel left alone where a piece has
     too few stages)."""
     out: list = []
     start = 0
     while start < len(run):
         end = start + 1
-        while end < len(run) and len(_outer(run[start:end + 1], plan)) <= MAX_ARGS:
+        while end < len(run) and len(_outer(run[start:end + 1], plan, uses)) <= MAX_ARGS:
             end += 1
         piece = run[start:end]
         if len(piece) < MIN_STAGES:
             out += piece
         else:
-            out.append(_make(piece, plan, tensors, hw, launch))
+            out.append(_make(piece, plan, tensors, hw, launch, uses))
         start = end
     return out
 
 
-def _outer(piece: list[Stage], plan: KernelPlan) -> set[str]:
+class _Uses:
+    """Each kernel's buffers (root tensors read, written) and how many kernels touch each
+    buffer, found once: a run that grows a stage at a time asks again at every stage."""
+
+    def __init__(self, plan: KernelPlan):
+        self.of: dict[int, tuple[set[str], set[str]]] = {}
+        self.count: Counter[str] = Counter()
+        for k in plan.kernels:
+            if isinstance(k, ContractionKernel | ElementwiseKernel):
+                r, w = stage_buffers(k, plan)
+            else:
+                r = {plan.root(n) for n in k.reads()}
+                w = {plan.root(n) for n in set(k.writes) | set(k.produces)}
+            self.of[id(k)] = (r, w)
+            self.count.update(r | w)
+
+
+def _outer(piece: list[Stage], plan: KernelPlan, uses: _Uses) -> set[str]:
     """The buffers a piece takes as arguments (those not kept inside it), scratch aside."""
-    inner = _inner(piece, plan)
     used: set[str] = set()
     for k in piece:
-        r, w = stage_buffers(k, plan)
+        r, w = uses.of[id(k)]
         used |= r | w
-    return used - set(inner)
+    return used - set(_inner(piece, plan, uses))
 
 
-def _inner(piece: list[Stage], plan: KernelPlan) -> list[str]:
+def _inner(piece: list[Stage], plan: KernelPlan, uses: _Uses) -> list[str]:
     """Buffers only the piece touches: written in it, float32, neither input nor output, no
     kernel outside it reading or writing them."""
     program = plan.program
-    mine = {id(k) for k in piece}
-    outside: set[str] = set()
-    for k in plan.kernels:
-        if id(k) in mine:
-            continue
-        if isinstance(k, ContractionKernel | ElementwiseKernel):
-            r, w = stage_buffers(k, plan)
-            outside |= r | w
-        else:
-            outside |= {plan.root(n) for n in k.reads() | set(k.writes)}
-            outside |= {plan.root(n) for n in k.produces}
+    touched: Counter[str] = Counter()
     written: dict[str, None] = {}
     for k in piece:
-        written.update(dict.fromkeys(sorted(stage_buffers(k, plan)[1])))
+        r, w = uses.of[id(k)]
+        touched.update(r | w)
+        written.update(dict.fromkeys(sorted(w)))
     keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
-    return [n for n in written if n not in keep and n not in outside
+    return [n for n in written if n not in keep and touched[n] == uses.count[n]
             and program.tensors[n].dtype == "float32"]
 
 
 def _make(piece: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
-          launch: float) -> ChainKernel:
-    inner = _inner(piece, plan)
+          launch: float, uses: _Uses) -> ChainKernel:
+    inner = _inner(piece, plan, uses)
     offsets, size = [], 0
     for n in inner:
         offsets.append((n, size))
@@ -246,7 +256,7 @@ def _make(piece: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
         tensors[scratch] = ir.Tensor(scratch, (size,), "float32")
     writes = {plan.root(n) for k in piece for n in k.writes} - set(inner)
     outs = tuple(sorted(writes)) + ((scratch,) if scratch else ())
-    barriers = _barriers(piece, plan)
+    barriers = _barriers(piece, uses)
     each = [stage_seconds(k, plan.program, hw) for k in piece]
     note = (f"chain of {len(piece)} kernels in one work-group: about "
             f"{sum(each) * 1e6:.1f} us of work on one compute unit against "
@@ -256,7 +266,7 @@ def _make(piece: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
                        barriers, note)
 
 
-def _barriers(piece: list[Stage], plan: KernelPlan) -> tuple[bool, ...]:
+def _barriers(piece: list[Stage], uses: _Uses) -> tuple[bool, ...]:
     """A barrier before a stage that reads what the stages since the last barrier wrote,
     or writes what they read or wrote (stages without such a link share a phase, and the
     group's work-items spread over all of them)."""
@@ -264,7 +274,7 @@ def _barriers(piece: list[Stage], plan: KernelPlan) -> tuple[bool, ...]:
     reads: set[str] = set()
     writes: set[str] = set()
     for k in piece:
-        r, w = stage_buffers(k, plan)
+        r, w = uses.of[id(k)]
         need = bool(r & writes or w & (reads | writes))
         if need:
             reads, writes = set(), set()
@@ -274,4 +284,5 @@ def _barriers(piece: list[Stage], plan: KernelPlan) -> tuple[bool, ...]:
     return tuple(out)
 
 
-__all__ = ["ChainKernel", "chain_kernels", "eligible", "stage_buffers", "stage_seconds"]
+__all__ = ["ChainKernel", "chain_kernels", "eligible", "stage_buffers", "stage_elements",
+           "stage_seconds"]
