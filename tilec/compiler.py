@@ -247,7 +247,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         config = replace(config, threads=_floor_pow2(runtime.max_wg))
     tuned = _lookup_records(plan, model, config, runtime, records)
     if config.chains:
-        plan = chain_kernels(plan, model)
+        plan = chain_kernels(plan, model, loops=config.chain_loops)
     # Build workers start now, opening the device while the kernels are generated.
     workers = early_workers(runtime, config.build_workers, len(plan.kernels))
     while True:

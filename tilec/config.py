@@ -47,6 +47,9 @@ class Config:
     # unrolled recurrent layer's steps, a batch-1 tail) run as one kernel of one work-group
     # that takes them in turn, barriers between them (`plan.chain`); False: one launch each.
     chains: bool = True
+    # A chain's repeating stages (a recurrent layer's steps) written as one loop over the
+    # passes (`codegen.roll`): the text, and its build, is one step's; False: written out.
+    chain_loops: bool = True
     # Attention (scores, softmax, value product) as one kernel (`plan.attention`), the scores
     # never stored.  None: where row fusion is on and the device is not a CPU; on PoCL the
     # separate kernels are faster up to long sequences (B=1 H=4 T=256: 1.6 ms against 9 ms),

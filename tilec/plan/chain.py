@@ -50,6 +50,11 @@ STAGE_EFFICIENCY = 0.25
 LAUNCH_US = 5.0
 # A GPU's trip to its L2 and back, in cycles (NVIDIA's Hopper: about 600).
 GPU_LATENCY_CYCLES = 600
+# A GPU dot-product stage: at most this many work-items share one element's row (one warp's
+# worth of float4 reads covers a 128-long row), and each keeps partial sums of at most this
+# many elements at once (its independent loads in flight).
+MAX_LANES = 32
+MAX_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class ChainKernel:
     # Where some stages must wait for earlier ones: barrier before stage i when barriers[i].
     barriers: tuple[bool, ...]
     note: str = ""  # why the run was chained (the cost log's line)
+    # Work-items that share each stage's dot products (`lanes`); 0: one element a work-item.
+    lanes: tuple[int, ...] = ()
+    roll: bool = True  # repeating stages written as a loop (`codegen.roll`)
 
     @property
     def name(self) -> str:
@@ -116,13 +124,83 @@ def stage_seconds(k: Stage, program: ir.Program, hw: HwModel) -> float:
         # the L2 (its store may alias the next load, so the compiler keeps them in order).
         # gpt-style models' 16384-element transposes took 28 us in one work-group of an
         # H200 against about 4 us a launch.
-        passes = -(-stage_elements(k, program) // _group_size(hw))
+        n = lanes(k, program, hw)
+        if n:  # a batch of rows: a trip a float4 of each lane's share of the row (the
+            # batch's rows in flight together), one for the reduction and the stores
+            row = k.flat.ranges[dot_index(k, program, 4)]  # type: ignore[arg-type, union-attr]
+            batches = -(-stage_elements(k, program) // lane_batch(k, program, hw, n))
+            passes = batches * (-(-row // (4 * n)) + 1)
+        else:
+            passes = -(-stage_elements(k, program) // _group_size(hw))
         waits = passes * GPU_LATENCY_CYCLES / clock
     cus = max(1, hw.compute_units)
     peak = hw.peak_gflops * 1e9 / cus if hw.peak_gflops else clock * 64
     l2 = hw.l2_gbs or hw.bandwidth_gbs
     bw = l2 * 1e9 / cus if l2 else clock * 32
     return ops / (peak * STAGE_EFFICIENCY) + elems * 4 / bw + waits
+
+
+def dot_index(k: ContractionKernel, program: ir.Program, width: int) -> int | None:
+    """The reduction index a sum of products walks in vectors of `width` (a dot product along
+    rows contiguous in memory: one vector load a row, a horizontal sum at the end), or None.
+    Work-items of a chain run scalar code otherwise: the compilers do not vectorise across
+    work-items whose loops differ, and a 128-long dot product one lane at a time is most of
+    an unrolled LSTM step's time on a CPU."""
+    f = k.flat
+    if f.agg != "+" or f.comb != "*" or \
+            program.tensors[k.op.output].dtype != "float32" or \
+            any(t.dtype != "float32" for t in f.inputs):
+        return None
+    outs = set(f.out_indices)
+    if any({i for i, x in enumerate(c.coeffs) if x} - outs for c in f.constraints):
+        return None  # a constraint on the reduction: points drop out of the rows
+    best = None
+    for i in f.reduce_indices:
+        strides = [t.strides[i] for t in f.inputs]
+        if 1 in strides and set(strides) <= {0, 1} and f.ranges[i] >= width and \
+                (best is None or f.ranges[i] > f.ranges[best]):
+            best = i
+    return best
+
+
+def lanes(k: Stage, program: ir.Program, hw: HwModel) -> int:
+    """How many work-items of a GPU chain share one element's dot product (0: none do).
+
+    A work-item walking its own row reads one float4 of a different row than its neighbours
+    at every load: 32 rows a warp, none of the reads coalesced, and one trip to the L2 a pass
+    of its loop (an LSTM gate's 128 x 128 product took ~4.5 us that way on an H200).  With
+    `lanes` work-items a row, neighbours read neighbouring float4s of one row, each work-item
+    keeps partial sums of up to `MAX_ROWS` rows with their loads in flight together, and the
+    partial sums meet in local memory.  Only where the dot index is the product's only
+    reduction index and a row has at least 4 float4s."""
+    if hw.kind != "gpu" or not isinstance(k, ContractionKernel):
+        return 0
+    i = dot_index(k, program, 4)
+    if i is None or len(k.flat.reduce_indices) != 1:
+        return 0
+    n = 1
+    while n * 2 <= min(MAX_LANES, k.flat.ranges[i] // 4):
+        n *= 2
+    return n if n >= 4 else 0
+
+
+def lane_rows(k: Stage, program: ir.Program, hw: HwModel, n: int) -> int:
+    """Rows whose partial sums a work-item of a lane stage keeps at once: up to `MAX_ROWS`,
+    never more than `n` (a batch's elements, `lane_batch`, are then at most one a work-item
+    when their sums are finished), and the batch's partial sums within half the local memory
+    (OpenCL's least for a full profile, 32 KB, where the model does not say)."""
+    group = _group_size(hw)
+    per_pass = group // n
+    rows = max(1, min(MAX_ROWS, n, -(-stage_elements(k, program) // per_pass)))
+    room = (hw.local_mem_bytes or 32768) // 2
+    while rows > 1 and per_pass * rows * (n + 1) * 4 > room:
+        rows //= 2
+    return rows
+
+
+def lane_batch(k: Stage, program: ir.Program, hw: HwModel, n: int) -> int:
+    """Elements a lane stage finishes per batch (the group's rows a pass, times `lane_rows`)."""
+    return _group_size(hw) // n * lane_rows(k, program, hw, n)
 
 
 def launch_seconds(hw: HwModel) -> float:
@@ -154,7 +232,7 @@ def _group_size(hw: HwModel) -> int:
     return max(1, want)
 
 
-def chain_kernels(plan: KernelPlan, hw: HwModel) -> KernelPlan:
+def chain_kernels(plan: KernelPlan, hw: HwModel, *, loops: bool = True) -> KernelPlan:
     """`plan` with each run of consecutive small kernels replaced by one chain kernel."""
     halo_roots = {h.root for h in plan.halos}
     launch = launch_seconds(hw)
@@ -175,7 +253,8 @@ def chain_kernels(plan: KernelPlan, hw: HwModel) -> KernelPlan:
             kernels.append(plan.kernels[i])
             i += 1
             continue
-        kernels += _chains(run, plan, tensors, hw, launch, uses)
+        kernels += [dataclasses.replace(c, roll=loops) if isinstance(c, ChainKernel) else c
+                    for c in _chains(run, plan, tensors, hw, launch, uses)]
         i = j
     if len(kernels) == len(plan.kernels):
         return plan
@@ -262,8 +341,11 @@ def _make(piece: list[Stage], plan: KernelPlan, tensors: dict, hw: HwModel,
             f"{sum(each) * 1e6:.1f} us of work on one compute unit against "
             f"{len(piece)} launches of {launch * 1e6:.1f} us; {sum(barriers)} barriers, "
             f"{len(inner)} tensors in a scratch buffer of {size} elements")
+    shared = tuple(lanes(k, plan.program, hw) for k in piece)
+    if any(shared):
+        note += f"; {sum(1 for n in shared if n)} dot products shared by lanes of a row"
     return ChainKernel(tuple(piece), _group_size(hw), scratch, tuple(offsets), outs,
-                       barriers, note)
+                       barriers, note, shared)
 
 
 def _barriers(piece: list[Stage], uses: _Uses) -> tuple[bool, ...]:
@@ -284,5 +366,5 @@ def _barriers(piece: list[Stage], uses: _Uses) -> tuple[bool, ...]:
     return tuple(out)
 
 
-__all__ = ["ChainKernel", "chain_kernels", "eligible", "stage_buffers", "stage_elements",
-           "stage_seconds"]
+__all__ = ["ChainKernel", "chain_kernels", "dot_index", "eligible", "lane_batch", "lane_rows",
+           "lanes", "stage_buffers", "stage_elements", "stage_seconds"]
