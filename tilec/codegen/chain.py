@@ -17,7 +17,6 @@ from ..lang import ir
 from ..plan.chain import (
     ChainKernel,
     Stage,
-    _group_size,
     dot_index,
     lane_batch,
     lane_rows,
@@ -29,7 +28,6 @@ from ..plan.fuse import ContractionKernel, KernelPlan
 from ..plan.hw import HwModel
 from . import clexpr
 from .elementwise import elementwise_body
-from .roll import Block, roll
 from .kernel_text import (
     KernelArg,
     KernelSource,
@@ -39,6 +37,7 @@ from .kernel_text import (
     check_int_offsets,
     template_env,
 )
+from .roll import Block, roll
 from .split import agg_pair
 
 
@@ -74,7 +73,7 @@ def chain_source(chain: ChainKernel, plan: KernelPlan, hw: HwModel) -> KernelSou
                 fences.append("CLK_LOCAL_MEM_FENCE")
             body, floats, last = _lane_stage(k, program, hw, lanes[i])
             local, dirty = max(local, floats), True
-            blocks.append(_block(i, k, fences, [f"{{", *_indent(body), "}"], lanes[i]))
+            blocks.append(_block(i, k, fences, ["{", *_indent(body), "}"], lanes[i]))
             shift = last
             continue
         # Work-item shift % g takes element 0.  (Written as a select: PoCL 3.0 left the
