@@ -153,7 +153,7 @@ def _passes(forms: list[_Form], s: int, p: int, hi: int) -> int:
 def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]
           ) -> list[str]:
     moved: dict[str, str] = {}
-    lines = [f"/* stages {s + 1} to {s + n * p}: {n} passes of {p} stages, each pass's "
+    lines = [f"/* stages {s + 1} to {s + n * p}: {n} passes of {p} stage{'s' if p > 1 else ''}, each pass's "
              "scratch tensors and offsets a fixed step after the last's (titles: the first "
              "pass's) */",
              f"for (int step = 0; step < {n}; ++step) {{"]
@@ -174,7 +174,10 @@ def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]
 
         def lit(m: re.Match, values=values) -> str:
             v, d = next(values)
-            return str(v) if not d else f"({_term(v, d)})"
+            if not d:
+                return str(v)
+            term = _term(v, d)
+            return term if term == "step" else f"({term})"
 
         if pattern is not None:
             text = _code(text, lambda t, name=name: pattern.sub(name, t))
