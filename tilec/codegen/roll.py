@@ -153,7 +153,8 @@ def _passes(forms: list[_Form], s: int, p: int, hi: int) -> int:
 def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]
           ) -> list[str]:
     moved: dict[str, str] = {}
-    lines = [f"/* stages {s + 1} to {s + n * p}: {n} passes of {p} stage{'s' if p > 1 else ''}, each pass's "
+    stages = f"{p} stages" if p > 1 else "1 stage"
+    lines = [f"/* stages {s + 1} to {s + n * p}: {n} passes of {stages}, each pass's "
              "scratch tensors and offsets a fixed step after the last's (titles: the first "
              "pass's) */",
              f"for (int step = 0; step < {n}; ++step) {{"]
