@@ -240,7 +240,11 @@ def _masks(layer: _Layer, lens: Value | None) -> list[Value] | None:
 def _output(steps, t: int, new: Value, h: Value | None, out: dict[int, Value]) -> Value:
     """Step t's output into `out` (zero past a sequence's end) and the state after it."""
     mask = steps.masks[t] if steps.masks else None
-    out[t] = new if mask is None else ops_math.where(mask, new, 0.0)
+    y = new if mask is None else ops_math.where(mask, new, 0.0)
+    # Y's slice [1, 1, B, H] made here, beside its step rather than after the last: in a
+    # chain (`plan.chain`) the copy then runs with its step, the step's output stays inside
+    # the chain, and the steps repeat alike (`codegen.roll` writes them as one loop).
+    out[t] = ops.reshape(y, (1, 1, *y.shape))
     return _advance(h, new, mask)
 
 
@@ -262,10 +266,9 @@ def _peephole(pre: Value, p: Value | None, cell: Value | None) -> Value:
 
 
 def _sequence(layer: _Layer, ys: list[list[Value]], layout: int) -> Value:
-    """Y [T, D, B, H] (layout 1: [B, T, D, H]) from each direction's steps in time order."""
-    b, h = layer.batch, layer.hidden
-    y = ops.concat([ops.concat([ops.reshape(v, (1, 1, b, h)) for v in steps], 0)
-                    for steps in ys], 1)
+    """Y [T, D, B, H] (layout 1: [B, T, D, H]) from each direction's steps in time order
+    (each [1, 1, B, H], `_output`)."""
+    y = ops.concat([ops.concat(steps, 0) for steps in ys], 1)
     return ops.transpose(y, (2, 0, 1, 3)) if layout else y
 
 
