@@ -160,6 +160,26 @@ def test_scratch_tensors_that_move_get_their_pointer_in_the_loop():
     assert top == {"b_w"}  # the one scratch tensor every pass reads: declared on top
 
 
+def test_a_scratch_tensor_that_moves_in_one_stage_and_stays_in_another():
+    # Pass t: stage A reads b_a (offset 0, fixed) into b_h{t} (moving); stage B reads the
+    # fixed b_a and the moving b_h{t}.  In pass 0 both tensors are named b_a / b_h0, and b_a
+    # also appears moving (b_a's offset + 16 t) in stage B as the same name in pass 0.
+    offsets = {"b_a": 0, **{f"b_h{t}": 16 * (t + 1) for t in range(5)}}
+    blocks = []
+    for t in range(4):
+        moving_a = "b_a" if t == 0 else f"b_h{t - 1}"
+        blocks += [Block("/* A */", (f"b_h{t}[e] = b_a[e];",)),
+                   Block("/* B */", (f"y[e] = {moving_a}[e] + b_a[e] + b_h{t}[e];",))]
+    lines, top = roll(blocks, offsets, "b_s")
+    text = "\n".join(lines)
+    assert "step < 4" in text
+    # b_a stays in some places and moves (by 16, from 0) in another: a pointer of its own.
+    assert "__global float* b_a_1 = b_s + 16 * step;" in text
+    assert "y[e] = b_a_1[e] + b_a[e] + b_h0[e];" in text
+    assert "__global float* b_h0 = b_s + 16 + 16 * step;" in text
+    assert "b_a" in top
+
+
 def test_comments_and_local_names_do_not_stop_a_roll():
     blocks = [Block(f"/* stage {t} */", (f"/* from t{t} */ const float v_t{t} = x[{t}];",
                                           f"y[{t}] = v_t{t};")) for t in range(4)]

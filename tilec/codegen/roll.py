@@ -152,26 +152,38 @@ def _passes(forms: list[_Form], s: int, p: int, hi: int) -> int:
 
 def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]
           ) -> list[str]:
-    moved: dict[str, str] = {}
     stages = f"{p} stages" if p > 1 else "1 stage"
     lines = [f"/* stages {s + 1} to {s + n * p}: {n} passes of {stages}, each pass's "
              "scratch tensors and offsets a fixed step after the last's (titles: the first "
              "pass's) */",
              f"for (int step = 0; step < {n}; ++step) {{"]
-    body: list[str] = []
+    steps = [[vb - va for va, vb in zip(forms[i].values, forms[i + p].values, strict=True)]
+             for i in range(s, s + p)]
+    # A scratch tensor named in the loop moves by some step d at each place (0: it stays).
+    # It keeps its name where it moves by one step everywhere and never stays; otherwise
+    # each moving step gets a pointer of its own (the name alone would shadow the top's).
+    found: dict[str, set[int]] = {}
     for i in range(s, s + p):
-        a, b = forms[i], forms[i + p]
-        steps = [vb - va for va, vb in zip(a.values, b.values, strict=True)]
-        values = iter(zip(a.values, steps, strict=True))
+        names = _names(blocks[i], pattern)
+        for nm, d in zip(names, steps[i - s], strict=False):
+            found.setdefault(nm, set()).add(d)
+    pointer: dict[tuple[str, int], str] = {}
+    for nm, ds in found.items():
+        if 0 in ds:
+            top.add(nm)
+        for j, d in enumerate(sorted(d for d in ds if d)):
+            pointer[nm, d] = nm if len(ds) == 1 else f"{nm}_{j + 1}"
+    body: list[str] = []
+    offsets_of: dict[str, int] = {}
+    for i in range(s, s + p):
+        a = forms[i]
+        values = iter(zip(a.values, steps[i - s], strict=True))
         text = "\n".join(blocks[i].lines)
 
         def name(m: re.Match, values=values) -> str:
             v, d = next(values)
-            if d:
-                moved[m.group(0)] = f"{scratch} + {_term(v, d)}"
-            else:
-                top.add(m.group(0))
-            return m.group(0)
+            offsets_of[m.group(0)] = v
+            return m.group(0) if not d else pointer[m.group(0), d]
 
         def lit(m: re.Match, values=values) -> str:
             v, d = next(values)
@@ -184,10 +196,23 @@ def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]
             text = _code(text, lambda t, name=name: pattern.sub(name, t))
         text = _code(text, lambda t, lit=lit: _INT.sub(lit, t))
         body += [blocks[i].comment, *text.split("\n")]
-    lines += [f"    __global float* {k} = {v};" for k, v in moved.items()]
-    lines += ["    " + ln for ln in body]
-    lines.append("}")
-    return lines
+    decls = [f"    __global float* {var} = {scratch} + {_term(offsets_of[nm], d)};"
+             for (nm, d), var in pointer.items()]
+    return lines + decls + ["    " + ln for ln in body] + ["}"]
+
+
+def _names(b: Block, pattern) -> list[str]:
+    """The scratch tensors a stage names, in the order its values list them."""
+    if pattern is None:
+        return []
+    found: list[str] = []
+
+    def collect(t: str) -> str:
+        found.extend(m.group(0) for m in pattern.finditer(t))
+        return t
+
+    _code("\n".join(b.lines), collect)
+    return found
 
 
 def _term(v: int, d: int) -> str:
