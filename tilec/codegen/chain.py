@@ -8,6 +8,11 @@ elements no point reaches).  An elementwise stage is the elementwise kernel's bo
 in one phase (no barrier between them) start their loops where the previous stage's elements
 left the group's work-items, so that small stages side by side keep every work-item busy.
 
+On a GPU a sum of products along contiguous rows is shared by lanes of work-items instead
+(`_lane_stage`, `plan.chain.lanes`): partial sums of a batch of rows a work-item, added up in
+local memory after a barrier.  Runs of stages that repeat with shifted buffers are then
+written as one loop (`roll`).
+
 Tensors kept inside the chain are pointers into the scratch buffer, declared at the top under
 the tensor's own buffer name: the stages address them as any kernel addresses a buffer."""
 
@@ -85,7 +90,8 @@ def chain_source(chain: ChainKernel, plan: KernelPlan, hw: HwModel) -> KernelSou
             var, body = "e", _contraction(k, program, hw)
         else:
             var, body = "gid", elementwise_body(k, program)
-        if fences:
+        if fences and dirty:  # the barrier also orders the partial sums' reads before
+            fences.append("CLK_LOCAL_MEM_FENCE")  # the next lane stage's writes
             dirty = False
         loop = f"for (int {var} = {first}; {var} < {count}; {var} += {g}) {{"
         blocks.append(_block(i, k, fences, [loop, *_indent(body), "}"], 0))
