@@ -1,5 +1,5 @@
 """Measuring what a device does fast: a second-long micro-benchmark run once per device and
-driver (`tilec devices --calibrate`, or the first compile with `Config(calibrate=True)`), kept
+driver (`tilec devices --calibrate`, or the first compile with nothing stored for it), kept
 next to the device probe's result (`devices/calibrated.json` in the user cache directory).
 
 What it times (OpenCL event time, rounds interleaved; kernels in `calibrate_kernels`):

@@ -451,11 +451,13 @@ def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> 
         model = from_device(runtime.device, max_vec=limit)
         if config.calibrate is False:
             return model
-        # A CPU is measured on first use unless told otherwise: its PoCL build decides
-        # whether fma() and vloadN are instructions or calls (2-7x on every kernel), which
-        # no query shows.
-        measure = config.calibrate or runtime.info.kind == "cpu"
-        return apply(model, calibration_for(runtime, measure=measure))
+        # A device is measured on first use unless told otherwise.  A CPU's PoCL build
+        # decides whether fma() and vloadN are instructions or calls (2-7x on every kernel),
+        # which no query shows; a GPU without a measured peak rate and bandwidth is ranked
+        # by PlaidML's score, whose picks ran 2-4x slower on an H200 (vgg11 at batch 1:
+        # 2.62 ms against 1.47 calibrated, its first fully connected layer 0.59 against
+        # 0.13 ms).  Under a second on an H200, once per device and driver.
+        return apply(model, calibration_for(runtime, measure=True))
     if limit and model.vec_size > limit and not config.vector_width:
         # A model written for another device would make kernels that compute wrong results
         # here: plan narrower vectors, and say so.
