@@ -57,12 +57,13 @@ class Config:
     attention_fusion: bool | None = None
     # The device's measured facts (`tilec devices --calibrate`: the mul-add and vector access
     # forms the codegen writes, peak rate, bandwidths, launch cost) in a model derived from
-    # the device.  None or True: those stored for the device, a device without them measured
-    # on first use (about 2 s on a 2-core CPU, under 1 s on an H200, once per device and
-    # driver: PoCL builds differ 2-7x on what no query shows, and a GPU without a measured
-    # peak and bandwidth gets PlaidML's ranking, 2-4x slower picks on an H200); False:
-    # ignore them (the queried model alone).  Stored facts stay until the user calibrates
-    # again, so a compile gives the same kernels every time.
+    # the device.  None: those stored for the device, a CPU or GPU without them measured on
+    # first use (about 2 s on a 2-core CPU, under 1 s on an H200, once per device and driver:
+    # PoCL builds differ 2-7x on what no query shows, and a GPU without a measured peak and
+    # bandwidth gets PlaidML's ranking, 2-4x slower picks on an H200); True: any device
+    # (a simulator, an accelerator) too; False: ignore them (the queried model alone).
+    # Stored facts stay until the user calibrates again, so a compile gives the same kernels
+    # every time.
     calibrate: bool | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
     # Worker processes that build a large program's parts and each kernel's code on PoCL's CPU

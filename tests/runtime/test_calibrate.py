@@ -179,6 +179,37 @@ def test_a_device_is_measured_on_its_first_compile(kind, tmp_path, monkeypatch):
 
 
 @needs_device
+def test_a_simulator_is_measured_only_when_asked(tmp_path, monkeypatch):
+    """A device that calls itself a CPU, a GPU and an accelerator at once (Oclgrind) is not
+    timed on its first compile; calibrate=True still measures it."""
+    from types import SimpleNamespace
+
+    import pyopencl as cl
+
+    from tilec.runtime.device import Runtime, hw_model_for
+
+    real = Runtime.get(None)
+    every = cl.device_type.CPU | cl.device_type.GPU | cl.device_type.ACCELERATOR
+    device = SimpleNamespace(**{a: getattr(real.device, a) for a in (
+        "name", "platform", "max_compute_units", "max_work_group_size", "local_mem_size",
+        "global_mem_cacheline_size", "global_mem_cache_size", "max_clock_frequency",
+        "preferred_vector_width_float", "local_mem_type", "version")}, type=every)
+    runtime = SimpleNamespace(info=dataclasses.replace(real.info, kind="gpu"), device=device,
+                              context=real.context, vector_limit=real.vector_limit)
+    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path)
+    measured = []
+
+    def fake(context, device, limit, label):
+        measured.append(label)
+        return cal(muladd="mad", vector_access="plain")
+
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    assert hw_model_for(None, Config(), runtime).muladd == "fma" and measured == []
+    assert hw_model_for(None, Config(calibrate=True), runtime).muladd == "mad"
+    assert len(measured) == 1
+
+
+@needs_device
 def test_devices_with_an_unknown_device_is_an_error(capsys):
     assert main(["devices", "--calibrate", "--device", "no such device"]) == 1
     assert "no OpenCL device matches 'no such device'" in capsys.readouterr().err

@@ -97,12 +97,11 @@ def roll(blocks: list[Block], offsets: dict[str, int], scratch: str
     shapes: dict[str, int] = {}
     forms = [_form(b, offsets, pattern, shapes) for b in blocks]
     top: set[str] = set()
-    lines = _emit(blocks, forms, 0, len(blocks), offsets, scratch, pattern, top)
+    lines = _emit(blocks, forms, 0, len(blocks), scratch, pattern, top)
     return lines, top
 
 
-def _emit(blocks, forms, lo: int, hi: int, offsets, scratch, pattern, top: set[str]
-          ) -> list[str]:
+def _emit(blocks, forms, lo: int, hi: int, scratch, pattern, top: set[str]) -> list[str]:
     found = _best(forms, lo, hi)
     if found is None:
         if pattern is not None:
@@ -111,8 +110,8 @@ def _emit(blocks, forms, lo: int, hi: int, offsets, scratch, pattern, top: set[s
         return [ln for b in blocks[lo:hi] for ln in b.text]
     s, p, n = found
     body = _loop(blocks, forms, s, p, n, scratch, pattern, top)
-    return (_emit(blocks, forms, lo, s, offsets, scratch, pattern, top) + body
-            + _emit(blocks, forms, s + n * p, hi, offsets, scratch, pattern, top))
+    return (_emit(blocks, forms, lo, s, scratch, pattern, top) + body
+            + _emit(blocks, forms, s + n * p, hi, scratch, pattern, top))
 
 
 def _best(forms: list[_Form], lo: int, hi: int) -> tuple[int, int, int] | None:

@@ -75,6 +75,17 @@ def describe(device) -> DeviceInfo:
                       device.version.strip(), device.driver_version.strip(), kind)
 
 
+def _several_kinds(device) -> bool:
+    """Whether the device calls itself more than one of CPU, GPU and accelerator (a
+    simulator does)."""
+    cl = _cl()
+    kinds = (cl.device_type.CPU, cl.device_type.GPU, cl.device_type.ACCELERATOR)
+    try:
+        return sum(1 for k in kinds if device.type & k) > 1
+    except Exception:  # a stand-in without a type: the kind its info gives
+        return False
+
+
 def split_index(spec: str) -> tuple[str, int]:
     """A device spec's text and index: "NVIDIA#1" is the second device whose label contains
     "NVIDIA" (identical GPUs share a label, and a worker that owns one of them names it so);
@@ -451,13 +462,18 @@ def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> 
         model = from_device(runtime.device, max_vec=limit)
         if config.calibrate is False:
             return model
-        # A device is measured on first use unless told otherwise.  A CPU's PoCL build
+        # A CPU or GPU is measured on first use unless told otherwise.  A CPU's PoCL build
         # decides whether fma() and vloadN are instructions or calls (2-7x on every kernel),
         # which no query shows; a GPU without a measured peak rate and bandwidth is ranked
         # by PlaidML's score, whose picks ran 2-4x slower on an H200 (vgg11 at batch 1:
         # 2.62 ms against 1.47 calibrated, its first fully connected layer 0.59 against
-        # 0.13 ms).  Under a second on an H200, once per device and driver.
-        return apply(model, calibration_for(runtime, measure=True))
+        # 0.13 ms).  Under a second on an H200, once per device and driver.  Other devices
+        # only when asked: an accelerator, or a simulator (Oclgrind calls itself a CPU, a GPU
+        # and an accelerator at once, and fails the calibration's queries), whose timings
+        # mean nothing.
+        measure = config.calibrate or (runtime.info.kind in ("cpu", "gpu")
+                                       and not _several_kinds(runtime.device))
+        return apply(model, calibration_for(runtime, measure=measure))
     if limit and model.vec_size > limit and not config.vector_width:
         # A model written for another device would make kernels that compute wrong results
         # here: plan narrower vectors, and say so.
