@@ -265,7 +265,7 @@ def _peephole(pre: Value, p: Value | None, cell: Value | None) -> Value:
     return pre if p is None or cell is None else pre + p * cell
 
 
-def _sequence(layer: _Layer, ys: list[list[Value]], layout: int) -> Value:
+def _sequence(ys: list[list[Value]], layout: int) -> Value:
     """Y [T, D, B, H] (layout 1: [B, T, D, H]) from each direction's steps in time order
     (each [1, 1, B, H], `_output`)."""
     y = ops.concat([ops.concat(steps, 0) for steps in ys], 1)
@@ -315,7 +315,7 @@ def rnn(x: Value, w: Value, r: Value, b: Value | None = None,
             h = _output(steps, t, new, h, out)
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
-    return _sequence(layer, ys, layout), _finals(layer, finals, layout, sequence_lens)
+    return _sequence(ys, layout), _finals(layer, finals, layout, sequence_lens)
 
 
 def gru(x: Value, w: Value, r: Value, b: Value | None = None,
@@ -357,7 +357,7 @@ def gru(x: Value, w: Value, r: Value, b: Value | None = None,
             h = _output(steps, t, new, h, out)
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
-    return _sequence(layer, ys, layout), _finals(layer, finals, layout, sequence_lens)
+    return _sequence(ys, layout), _finals(layer, finals, layout, sequence_lens)
 
 
 def lstm(x: Value, w: Value, r: Value, b: Value | None = None,
@@ -400,7 +400,7 @@ def lstm(x: Value, w: Value, r: Value, b: Value | None = None,
         ys.append([out[t] for t in range(layer.seq)])
         finals.append(h)  # type: ignore[arg-type]
         cells.append(c)  # type: ignore[arg-type]
-    return (_sequence(layer, ys, layout), _finals(layer, finals, layout, sequence_lens),
+    return (_sequence(ys, layout), _finals(layer, finals, layout, sequence_lens),
             _finals(layer, cells, layout, sequence_lens))
 
 
