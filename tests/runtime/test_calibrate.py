@@ -149,6 +149,20 @@ def test_compiles_use_the_stored_calibration_only_when_allowed(calibrated, monke
     assert hw_model_for("pocl-cpu", Config(), runtime).muladd == "fma"  # a named model rules
 
 
+def _measuring(monkeypatch, tmp_path) -> list[str]:
+    """An empty calibration store, and `calibrate.calibrate` replaced by a stand-in that
+    records each device it is asked to measure (in the list returned)."""
+    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path)
+    measured: list[str] = []
+
+    def fake(context, device, limit, label):
+        measured.append(label)
+        return cal(muladd="mad", vector_access="plain")
+
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    return measured
+
+
 @needs_device
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])
 def test_a_device_is_measured_on_its_first_compile(kind, tmp_path, monkeypatch):
@@ -161,14 +175,7 @@ def test_a_device_is_measured_on_its_first_compile(kind, tmp_path, monkeypatch):
     real = Runtime.get(None)
     runtime = SimpleNamespace(info=dataclasses.replace(real.info, kind=kind), device=real.device,
                               context=real.context, vector_limit=real.vector_limit)
-    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path)
-    measured = []
-
-    def fake(context, device, limit, label):
-        measured.append(label)
-        return cal(muladd="mad", vector_access="plain")
-
-    monkeypatch.setattr(calibrate, "calibrate", fake)
+    measured = _measuring(monkeypatch, tmp_path)
     assert hw_model_for(None, Config(calibrate=False), runtime).muladd == "fma"
     assert measured == []
     first = hw_model_for(None, Config(), runtime)
@@ -196,14 +203,7 @@ def test_a_simulator_is_measured_only_when_asked(tmp_path, monkeypatch):
         "preferred_vector_width_float", "local_mem_type", "version")}, type=every)
     runtime = SimpleNamespace(info=dataclasses.replace(real.info, kind="gpu"), device=device,
                               context=real.context, vector_limit=real.vector_limit)
-    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path)
-    measured = []
-
-    def fake(context, device, limit, label):
-        measured.append(label)
-        return cal(muladd="mad", vector_access="plain")
-
-    monkeypatch.setattr(calibrate, "calibrate", fake)
+    measured = _measuring(monkeypatch, tmp_path)
     assert hw_model_for(None, Config(), runtime).muladd == "fma" and measured == []
     assert hw_model_for(None, Config(calibrate=True), runtime).muladd == "mad"
     assert len(measured) == 1
