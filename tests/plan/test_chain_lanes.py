@@ -257,3 +257,39 @@ def test_an_lstm_on_a_gpu_model_rolls_its_steps():
     assert any("work-items a row" in s for s in texts)
     got = m(**feed)["y"]
     np.testing.assert_allclose(got, m.reference(feed)["y"], rtol=1e-4, atol=1e-5)
+
+
+def _random_recurrence(seed: int) -> tuple[str, dict, HwModel]:
+    """A random recurrence of small products and elementwise steps (rows of 1 to 149, inputs
+    of 4 to 139, forms mixed: a row-major product, a transposed one, two products a step),
+    and a GPU model with 64, 128 or 256 work-items a group."""
+    rng = np.random.default_rng(seed)
+    hw = dataclasses.replace(GPU, max_work_group_size=int(rng.choice([64, 128, 256])))
+    steps, h, k0 = int(rng.integers(3, 9)), int(rng.integers(1, 150)), int(rng.integers(4, 140))
+    lines = ["  H0 = X * 0.5;", f"  A1[n : {h}] = +(W0[n, j] * H0[j]);",
+             "  H1 = tanh(A1 * 0.05 + b);"]
+    for t in range(2, steps + 1):
+        form = int(rng.integers(0, 3))
+        if form == 0:
+            lines += [f"  A{t}[n : {h}] = +(U[n, j] * H{t - 1}[j]);",
+                      f"  H{t} = tanh(A{t} * 0.05 + b);"]
+        elif form == 1:
+            lines += [f"  A{t}[n : {h}] = +(U[j, n] * H{t - 1}[j]);",
+                      f"  H{t} = tanh(A{t} * 0.05) + H{t - 1} * 0.5;"]
+        else:
+            lines += [f"  A{t}[n : {h}] = +(U[n, j] * H{t - 1}[j]);",
+                      f"  B{t}[n : {h}] = +(U[n, j] * H{t - 1}[j]);",
+                      f"  H{t} = tanh(A{t} * 0.05) * 0.5 + tanh(B{t} * 0.03) * 0.5;"]
+    src = (f"function (X[{k0}], W0[{h}, {k0}], U[{h}, {h}], b[{h}]) -> (Y) {{\n"
+           + "\n".join(lines) + f"\n  Y = H{steps} * 2.0;\n}}")
+    return src, {"X": (k0,), "W0": (h, k0), "U": (h, h), "b": (h,)}, hw
+
+
+@needs_device
+@pytest.mark.parametrize("seed", range(8))
+def test_random_recurrences_on_gpu_models_match_numpy(seed):
+    src, shapes, hw = _random_recurrence(seed)
+    exe, feed, got = _run(src, shapes, Config(chains=True), hw=hw, seed=seed)
+    ref = evaluate_program(exe.program, feed)
+    assert any(k.kind == "chain" for k in exe.kernels), src
+    np.testing.assert_allclose(got["Y"], ref["Y"], rtol=1e-4, atol=1e-5 * np.abs(ref["Y"]).max())
