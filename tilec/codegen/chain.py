@@ -172,9 +172,7 @@ def _contraction(k: ContractionKernel, program: ir.Program, hw: HwModel) -> list
     lines = _coords(f, names, "e")
     ctype = clexpr.COMPUTE[program.tensors[k.op.output].dtype]
     lines.append(f"{ctype} acc = {clexpr.identity(f.agg, program.tensors[k.op.output].dtype)};")
-    loads = [clexpr.load(buf(t.name), _lin([(s, names[i]) for i, s in enumerate(t.strides)],
-                                          t.offset), t.dtype) for t in f.inputs]
-    update = _update(f.agg, f.comb, loads, ctype, hw.muladd)
+    update = _update(f.agg, f.comb, _point_loads(k, names), ctype, hw.muladd)
     red = [_cons(c, names) for c, kind in zip(f.constraints, _kinds(f), strict=True)
            if kind == "red"]
     inner = [update] if not red else [f"if ({' && '.join(red)}) {update}"]
@@ -260,11 +258,7 @@ def _lane_stage(k: ContractionKernel, program: ir.Program, hw: HwModel, n: int
     pad = n + 1
     whole = f.ranges[dot] // 4 * 4
     i = names[dot]
-    vals = []
-    for t in f.inputs:
-        at = _lin([(s, names[j]) for j, s in enumerate(t.strides) if j != dot], t.offset)
-        vals.append(f"vload4(0, {buf(t.name)} + {at} + {i})" if t.strides[dot]
-                    else f"(float4)({clexpr.load(buf(t.name), at, t.dtype)})")
+    vals = _row_values(k, dot, names, 4)
     fma = f"s = {clexpr.muladd(vals[0], vals[1], 's', hw.muladd)};"
     if whole == 4 * n:
         walk = [f"const int {i} = 4 * ln;", fma]
@@ -282,10 +276,8 @@ def _lane_stage(k: ContractionKernel, program: ir.Program, hw: HwModel, n: int
          f"for (int l = 0; l < {n}; ++l)",
          f"    acc += red[lid * {pad} + l];"]
     if whole < f.ranges[dot]:
-        loads = [clexpr.load(buf(t.name), _lin([(s, names[j]) for j, s in enumerate(t.strides)],
-                                                t.offset), t.dtype) for t in f.inputs]
         fin += [f"for (int {i} = {whole}; {i} < {f.ranges[dot]}; ++{i})",
-                "    " + _update("+", "*", loads, "float", hw.muladd)]
+                "    " + _update("+", "*", _point_loads(k, names), "float", hw.muladd)]
     fin += _finish(k, program, names)
     guard = f"lid < {batch}" + (f" && b + lid < {count}" if ragged else "")
     head = f"for (int b = 0; b < {count}; b += {batch}) {{" if count > batch else \
@@ -314,13 +306,7 @@ def _dot(k: ContractionKernel, i: int, names: list[str], w: int, muladd: str
     into `acc`), and the head of the scalar loop over the rest of the row (None: no rest)."""
     f = k.flat
     n = names[i]
-    vals = []
-    for t in f.inputs:
-        at = _lin([(s, names[j]) for j, s in enumerate(t.strides) if j != i], t.offset)
-        if t.strides[i]:
-            vals.append(f"vload{w}(0, {buf(t.name)} + {at} + {n})")
-        else:
-            vals.append(f"(float{w})({clexpr.load(buf(t.name), at, t.dtype)})")
+    vals = _row_values(k, i, names, w)
     whole = f.ranges[i] // w * w
     lines = [f"float{w} s = (float{w})(0.0f);",
              f"for (int {n} = 0; {n} < {whole}; {n} += {w})",
@@ -337,6 +323,23 @@ def _dot(k: ContractionKernel, i: int, names: list[str], w: int, muladd: str
     if whole == f.ranges[i]:
         return lines, None
     return lines, f"for (int {n} = {whole}; {n} < {f.ranges[i]}; ++{n})"
+
+
+def _row_values(k: ContractionKernel, i: int, names: list[str], w: int) -> list[str]:
+    """Each input's w-wide vector at the row position of flat index i (an input that does not
+    move along i broadcast)."""
+    vals = []
+    for t in k.flat.inputs:
+        at = _lin([(s, names[j]) for j, s in enumerate(t.strides) if j != i], t.offset)
+        vals.append(f"vload{w}(0, {buf(t.name)} + {at} + {names[i]})" if t.strides[i]
+                    else f"(float{w})({clexpr.load(buf(t.name), at, t.dtype)})")
+    return vals
+
+
+def _point_loads(k: ContractionKernel, names: list[str]) -> list[str]:
+    """Each input's element at the point (names)."""
+    return [clexpr.load(buf(t.name), _lin([(s, names[i]) for i, s in enumerate(t.strides)],
+                                          t.offset), t.dtype) for t in k.flat.inputs]
 
 
 def _operand(k: ContractionKernel, program: ir.Program, name: str):

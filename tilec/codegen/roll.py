@@ -130,23 +130,16 @@ def _best(forms: list[_Form], lo: int, hi: int) -> tuple[int, int, int] | None:
 def _passes(forms: list[_Form], s: int, p: int, hi: int) -> int:
     """How many passes of period p from s repeat stage s .. s + p - 1 linearly."""
     n = 1
-    while s + (n + 1) * p <= hi:
-        t = n
-        ok = True
-        for i in range(s, s + p):
-            a, b, c = forms[i], forms[i + p], forms[i + t * p]
-            if c.shape != a.shape or len(a.values) != len(c.values):
-                ok = False
-                break
-            # The step is the first pass's difference; every pass must keep to it.
-            if any(vc - va != t * (vb - va)
-                   for va, vb, vc in zip(a.values, b.values, c.values, strict=True)):
-                ok = False
-                break
-        if not ok:
-            break
+    while s + (n + 1) * p <= hi and all(_repeats(forms, i, p, n) for i in range(s, s + p)):
         n += 1
     return n
+
+
+def _repeats(forms: list[_Form], i: int, p: int, t: int) -> bool:
+    """Stage i + t*p has stage i's shape and its values moved t times the first pass's step."""
+    a, b, c = forms[i], forms[i + p], forms[i + t * p]
+    return c.shape == a.shape and all(
+        vc - va == t * (vb - va) for va, vb, vc in zip(a.values, b.values, c.values, strict=True))
 
 
 def _loop(blocks, forms, s: int, p: int, n: int, scratch, pattern, top: set[str]

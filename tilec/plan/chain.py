@@ -127,7 +127,7 @@ def stage_seconds(k: Stage, program: ir.Program, hw: HwModel) -> float:
         n = lanes(k, program, hw)
         if n:  # a batch of rows: a trip a float4 of each lane's share of the row (the
             # batch's rows in flight together), one for the reduction and the stores
-            row = k.flat.ranges[dot_index(k, program, 4)]  # type: ignore[arg-type, union-attr]
+            row = _row_length(k, program)
             batches = -(-stage_elements(k, program) // lane_batch(k, program, hw, n))
             passes = batches * (-(-row // (4 * n)) + 1)
         else:
@@ -175,13 +175,18 @@ def lanes(k: Stage, program: ir.Program, hw: HwModel) -> int:
     reduction index and a row has at least 4 float4s."""
     if hw.kind != "gpu" or not isinstance(k, ContractionKernel):
         return 0
-    i = dot_index(k, program, 4)
-    if i is None or len(k.flat.reduce_indices) != 1:
-        return 0
+    row = _row_length(k, program)
     n = 1
-    while n * 2 <= min(MAX_LANES, k.flat.ranges[i] // 4):
+    while n * 2 <= min(MAX_LANES, row // 4):
         n *= 2
     return n if n >= 4 else 0
+
+
+def _row_length(k: ContractionKernel, program: ir.Program) -> int:
+    """The length of a sum of products' rows where the dot index is its only reduction index
+    (0 otherwise)."""
+    i = dot_index(k, program, 4)
+    return 0 if i is None or len(k.flat.reduce_indices) != 1 else k.flat.ranges[i]
 
 
 def lane_rows(k: Stage, program: ir.Program, hw: HwModel, n: int) -> int:
