@@ -180,7 +180,8 @@ def _ort_time(path: Path, feed: dict, repeat: int) -> float:
 
 
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
-        profile: int = 0, peer_name: str = "torch", chains: bool = True) -> None:
+        profile: int = 0, peer_name: str = "torch", chains: bool = True,
+        split_k: bool | int | None = None) -> None:
     import tilec.onnx
     from tilec.config import Config
 
@@ -203,7 +204,8 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
         try:
             data = np.load(folder / f"{name}-b{batch}.npz")
             cache = tempfile.mkdtemp(prefix="tilec-zoo-")
-            config = Config(device=device, cache_dir=Path(cache), chains=chains)
+            config = Config(device=device, cache_dir=Path(cache), chains=chains,
+                            split_k=split_k)
             t0 = time.perf_counter()
             exe = tilec.onnx.load(str(path), config=config)
             cold = time.perf_counter() - t0
@@ -265,13 +267,18 @@ def main() -> int:
                          "provider (wall times of one call on both sides)")
     ap.add_argument("--no-chains", action="store_true",
                     help="run: one launch a kernel (no chains of small kernels, `plan.chain`)")
+    ap.add_argument("--split-k", default="auto", metavar="auto|off|N",
+                    help="run: sums split in parts (`plan.splitk`): where predicted faster, "
+                         "never, or in N parts")
     args = ap.parse_args()
+    split_k = {"auto": None, "off": False}.get(args.split_k) if not args.split_k.isdigit() \
+        else int(args.split_k)
     names = args.only.split(",") if args.only else VISION + OTHER
     if args.what == "export":
         export(args.folder, names, [int(b) for b in args.batches.split(",")])
     else:
         run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer,
-            chains=not args.no_chains)
+            chains=not args.no_chains, split_k=split_k)
     return 0
 
 

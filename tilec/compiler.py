@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .codegen.contraction import KernelSource
-from .codegen.generate import _record_tile, generate, packed
+from .codegen.generate import _record_tile, generate, packed, split_k
 from .config import Config
 from .errors import Source, TileError
 from .lang import ir
@@ -69,6 +69,7 @@ class Executable(Launcher):
         self.source = shared.text
         self.entries = shared.entries
         self.cost_log = "\n".join(s.cost for s in sources if s.cost)
+        self.splits: tuple = ()  # the sums compile split (`plan.splitk.Split`)
         tensors = plan.program.tensors  # the program's, and those planning adds (`halo`)
         specs = {n: BufferSpec(tensors[n].shape, tensors[n].dtype,
                                tensors[n].size * itemsize(tensors[n].dtype))
@@ -237,6 +238,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     runtime = Runtime.get(config.device)
     records = load_records(config)  # read once: the correction and the kernels' records
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
+    program, splits = split_k(program, model, config)
     program = packed(program, model, config)
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model),
@@ -261,6 +263,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
                          searches=searches, tuned=tuned, workers=workers)
         workers = None
+        exe.splits = splits
         step(progress, f"built {len(set(exe.entries.values()))} distinct kernels")
         limit = exe.work_group_limit()
         if limit is not None:

@@ -23,6 +23,11 @@ class Config:
     # split_choice`): None = where a GPU / local-staging model leaves most threads idle, False =
     # never, True = always where the aggregation allows, an int = that many threads.
     split_reduction: bool | int | None = None
+    # Sums with few outputs and a long reduction as partial sums over parts of the reduction
+    # and their sum (`plan.splitk`, split-K): None = on GPU models, where the time model
+    # predicts both kernels faster than the contraction as written; False = never; an int =
+    # that many parts for every contraction that can be split (any device).
+    split_k: bool | int | None = None
     # GPU forms of staged contractions (`plan.gpu_form`): runs of accumulator points read as one
     # vector from local memory, and the reduction loop pipelined (next tile read into registers
     # during this one, local tiles double-buffered).  None = on GPU models, False = never,

@@ -6,15 +6,15 @@ from __future__ import annotations
 import argparse
 
 from ..lang.source import read_source
-from .options import add_model_option
+from .options import add_model_option, add_split_k_option
 
 
 def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
             tiles: dict[str, dict[str, int]], top: int, cost_log: str | None,
-            model: str = "time") -> str:
+            model: str = "time", split: bool | int | None = None) -> str:
     from dataclasses import replace
 
-    from ..codegen.generate import packed
+    from ..codegen.generate import packed, split_k
     from ..config import Config
     from ..lang.api import check_program
     from ..plan.attention import AttentionKernel
@@ -41,16 +41,21 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         hw = corrected_model(hw_model_for(None, config, rt), found, rt)
         # As compile plans it by default (row fusion on; attention kernels where not a CPU;
         # CPU matrix products' operands packed in panels).
-        program = packed(program, hw, replace(config, tiles=tiles, cost_model=model))
+        config = replace(config, tiles=tiles, cost_model=model, split_k=split)
+        program, splits = split_k(program, hw, config)
+        program = packed(program, hw, config)
         plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
         records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
     else:
         hw = HwModel.load(hw_name)
         from .options import cache_settings
 
-        program = packed(program, hw, Config(tiles=tiles, cost_model=model, **cache_settings()))
+        config = Config(tiles=tiles, cost_model=model, split_k=split, **cache_settings())
+        program, splits = split_k(program, hw, config)
+        program = packed(program, hw, config)
         plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
     out = [f"hardware model: {hw.describe()}", ""]
+    out += [s.describe() for s in splits] + ([""] if splits else [])
     logs = []
     for k in plan.kernels:
         if isinstance(k, RowKernel):
@@ -191,11 +196,12 @@ def _points(s) -> list:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .options import parse_tiles, shapes_from
+    from .options import parse_split_k, parse_tiles, shapes_from
 
     src = read_source(args.file)
     text = explain(src, shapes_from(args, src), args.dtype, args.hw, args.device,
-                   parse_tiles(args.tile), args.top, args.cost_log, args.model)
+                   parse_tiles(args.tile), args.top, args.cost_log, args.model,
+                   parse_split_k(args.split_k))
     print(text, end="")
     return 0
 
@@ -209,6 +215,7 @@ def register(sub, common) -> None:
                     help="score exactly this tile instead of searching")
     sp.add_argument("--top", type=int, default=5, help="cost-log entries to show")
     sp.add_argument("--cost-log", help="write the cost log (text, or JSON lines for .jsonl)")
+    add_split_k_option(sp)
     add_model_option(sp)
     sp.set_defaults(fn=cmd_explain)
 

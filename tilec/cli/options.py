@@ -96,7 +96,19 @@ def make_config(args: argparse.Namespace) -> Config:
                   cost_model=getattr(args, "model", None) or "time",
                   pack_panels=not getattr(args, "no_pack", False),
                   halos=getattr(args, "halos", False),
-                  chains=not getattr(args, "no_chains", False))
+                  chains=not getattr(args, "no_chains", False),
+                  split_k=parse_split_k(getattr(args, "split_k", None)))
+
+
+def parse_split_k(value: str | None) -> bool | int | None:
+    """`--split-k`: "auto" (None), "off" (False) or a number of parts."""
+    if value in (None, "auto"):
+        return None
+    if value == "off":
+        return False
+    if not value.isdigit() or int(value) < 2:
+        raise TileError(f"--split-k: expected auto, off or a number of parts >= 2, got {value!r}")
+    return int(value)
 
 
 def add_device_options(sp: argparse.ArgumentParser) -> None:
@@ -121,7 +133,15 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--no-chains", action="store_true",
                     help="one launch a kernel (by default runs of small kernels, such as an "
                     "unrolled recurrent layer's steps, run as one kernel of one work-group)")
+    add_split_k_option(sp)
     add_model_option(sp)
+
+
+def add_split_k_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--split-k", metavar="auto|off|N",
+                    help="sums with few outputs and a long reduction as partial sums and their "
+                    "sum: where the time model predicts it faster on a GPU (auto, the "
+                    "default), never (off), or in N parts wherever possible")
 
 
 def add_model_option(sp: argparse.ArgumentParser) -> None:

@@ -101,6 +101,27 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
     return pack_panels(program, hw, choose, relay_only=forced, grouped=grouped)
 
 
+def split_k(program: ir.Program, hw: HwModel, config: Config):
+    """`program` with the GPU sums that gain from it as partial sums and their sum
+    (`plan.splitk`), and the splits made; `Config.split_k` says where.  Contractions whose
+    tile the config forces stay as written."""
+    from ..plan.search import search
+    from ..plan.splitk import Choice, split_sums
+
+    if config.split_k is False or "*" in config.tiles:
+        return program, ()
+    keep = frozenset(op.output for op in program.ops if isinstance(op, ir.Contraction)
+                     and forced_tile(config, op.output) is not None)
+    parts = None if config.split_k in (None, True) else int(config.split_k)
+
+    def choose(flat) -> Choice:
+        r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
+                   model=config.cost_model, cache=search_cache_dir(config))
+        return Choice(r.tile, r.predicted[0][0] if r.predicted else None, r.ranked_by_time)
+
+    return split_sums(program, hw, choose, keep=keep, parts=parts)
+
+
 def forced_tile(config: Config, output: str) -> Mapping[str, int] | None:
     """The tile the config forces on the contraction writing `output`: named by its kernel
     (`contract_<output>`, `ContractionKernel.name`), its output, or "*" for every one."""

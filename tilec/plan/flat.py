@@ -5,6 +5,7 @@ layout and code generation."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,15 @@ class FlatContraction:
     def inputs(self) -> tuple[FlatTensor, ...]:
         return self.tensors[1:]
 
-    @property
+    @cached_property  # the searches ask for them of every tile
     def out_mask(self) -> tuple[bool, ...]:
         return tuple(s != 0 for s in self.output.strides)
 
-    @property
+    @cached_property  # the searches ask for them of every tile
     def out_indices(self) -> tuple[int, ...]:
         return tuple(k for k, s in enumerate(self.output.strides) if s != 0)
 
-    @property
+    @cached_property  # the searches ask for them of every tile
     def reduce_indices(self) -> tuple[int, ...]:
         return tuple(k for k, s in enumerate(self.output.strides) if s == 0)
 

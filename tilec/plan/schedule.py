@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
@@ -112,6 +113,10 @@ class Schedule:
 
     def acc_counts(self) -> tuple[int, ...]:
         """Accumulator points per thread along each output index (1 elsewhere)."""
+        return self._acc_counts
+
+    @cached_property  # asked for every accumulator point the time model counts
+    def _acc_counts(self) -> tuple[int, ...]:
         out = []
         for k in range(len(self.tile)):
             out.append(-(-self.units(k) // self.threads[k]) if k in self.flat.out_indices
@@ -460,8 +465,16 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
     elements.  With `run`, that input's points along the run index are read RUN at a time
     where a thread's points there are whole runs."""
     outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]))
-    units = {k: tile[k] // lanes if k == vec_index else tile[k] for k in outs}
-    options = [_pow2s(units[k], budget) for k in outs]
+    units = [tile[k] // lanes if k == vec_index else tile[k] for k in outs]
+    options = [_pow2s(u, budget) for u in units]
+    useful = 1
+    for u in units:
+        useful *= u
+    # Per input, the positions (in `outs`) of the output indices it reads, and where its
+    # points along the run index are read RUN at a time.
+    reads = [[(j, run is not None and run.input == i and run.index == k)
+              for j, k in enumerate(outs) if t_in.strides[k] != 0]
+             for i, t_in in enumerate(flat.inputs)]
     best, best_key = None, None
     for combo in itertools.product(*options):
         total = 1
@@ -469,20 +482,15 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
             total *= t
         if total > budget:
             continue
-        acc = {k: -(-units[k] // t) for k, t in zip(outs, combo, strict=True)}
+        acc = [-(-u // t) for u, t in zip(units, combo, strict=True)]
         fmas = 1
-        useful = 1
-        for k in outs:
-            fmas *= acc[k]
-            useful *= units[k]
+        for a in acc:
+            fmas *= a
         loads = 0
-        for i, t_in in enumerate(flat.inputs):
+        for pairs in reads:
             n = 1
-            for k in outs:
-                if t_in.strides[k] != 0:
-                    whole = run is not None and run.input == i and run.index == k and \
-                        acc[k] % RUN == 0
-                    n *= acc[k] // RUN if whole else acc[k]
+            for j, whole_runs in pairs:
+                n *= acc[j] // RUN if whole_runs and acc[j] % RUN == 0 else acc[j]
             loads += n
         waste = round(total * fmas / useful, 3)
         key = (-total, waste, loads / fmas, -(combo[0] if combo else 1))
