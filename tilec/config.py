@@ -28,6 +28,10 @@ class Config:
     # predicts both kernels faster than the contraction as written; False = never; an int =
     # that many parts for every contraction that can be split (any device).
     split_k: bool | int | None = None
+    # Processes that weigh the split-K part counts of a model's contractions at once (each
+    # a few tile searches): None = one a core (at most 8) where there are 4 cores or more,
+    # 0 or 1 = in this process.
+    search_workers: int | None = None
     # GPU forms of staged contractions (`plan.gpu_form`): runs of accumulator points read as one
     # vector from local memory, and the reduction loop pipelined (next tile read into registers
     # during this one, local tiles double-buffered).  None = on GPU models, False = never,

@@ -105,21 +105,37 @@ def split_k(program: ir.Program, hw: HwModel, config: Config):
     """`program` with the GPU sums that gain from it as partial sums and their sum
     (`plan.splitk`), and the splits made; `Config.split_k` says where.  Contractions whose
     tile the config forces stay as written."""
-    from ..plan.search import search
-    from ..plan.splitk import Choice, split_sums
+    import os
+
+    from ..plan.splitk import split_sums
 
     if config.split_k is False or "*" in config.tiles:
         return program, ()
     keep = frozenset(op.output for op in program.ops if isinstance(op, ir.Contraction)
                      and forced_tile(config, op.output) is not None)
     parts = None if config.split_k in (None, True) else int(config.split_k)
+    workers = config.search_workers
+    if workers is None:
+        cores = os.cpu_count() or 1
+        workers = min(8, cores) if cores >= 4 else 0
+    return split_sums(program, hw, SplitSearch(hw, config), keep=keep, parts=parts,
+                      workers=workers if parts is None else 0)
 
-    def choose(flat) -> Choice:
-        r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
-                   model=config.cost_model, cache=search_cache_dir(config))
+
+class SplitSearch:
+    """The tile search as compile runs it, for `plan.splitk` (a class: worker processes
+    receive it pickled)."""
+
+    def __init__(self, hw: HwModel, config: Config):
+        self.hw, self.config = hw, config
+
+    def __call__(self, flat):
+        from ..plan.search import search
+        from ..plan.splitk import Choice
+
+        r = search(flat, self.hw, dtype=flat.output.dtype, top_k=self.config.top_k,
+                   model=self.config.cost_model, cache=search_cache_dir(self.config))
         return Choice(r.tile, r.predicted[0][0] if r.predicted else None, r.ranked_by_time)
-
-    return split_sums(program, hw, choose, keep=keep, parts=parts)
 
 
 def forced_tile(config: Config, output: str) -> Mapping[str, int] | None:

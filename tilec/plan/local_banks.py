@@ -165,15 +165,19 @@ def wavefronts(s: Schedule) -> tuple[float, float] | None:
     if h is None:
         return None
     outs = list(s.flat.out_indices)
-    read = 0
+    # Every instruction's warps are counted in one `passes` call per width (the counts add
+    # up row by row): a call per instruction was most of a search's time.
+    reads: dict[int, list[np.ndarray]] = {}
     for i, c, lanes, step in _reads(s):
         st = s.staged[i]
         addr = np.full(s.wg_threads, st.local_base, np.int64)
         for k, a in zip(outs, c, strict=True):
             if st.local_strides[k]:
                 addr = addr + st.local_strides[k] * _rel(s, k, a, h[k])
-        read += passes(_warps(addr[:, None] + np.arange(lanes) * max(step, 1)))
-    store = 0
+        reads.setdefault(lanes, []).append(
+            _warps(addr[:, None] + np.arange(lanes) * max(step, 1)))
+    read = sum(passes(np.concatenate(rows)) for rows in reads.values())
+    stores: dict[tuple[int, int], list[np.ndarray]] = {}  # (width, times) -> warps
     T = s.wg_threads
     for i, st in enumerate(s.staged):
         if st is None or not st.merged:
@@ -193,7 +197,8 @@ def wavefronts(s: Schedule) -> tuple[float, float] | None:
                 addr = addr + ls * (rest % rng)
                 rest = rest // rng
             if whole:  # one vector store
-                store += passes(_warps(addr[:, None] + np.arange(vw)))
+                stores.setdefault((vw, 1), []).append(_warps(addr[:, None] + np.arange(vw)))
             else:  # a scalar store a lane
-                store += vw * passes(_warps(addr[:, None]))
+                stores.setdefault((1, vw), []).append(_warps(addr[:, None]))
+    store = sum(times * passes(np.concatenate(rows)) for (_, times), rows in stores.items())
     return float(read), float(store)

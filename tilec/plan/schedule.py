@@ -475,13 +475,21 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
     reads = [[(j, run is not None and run.input == i and run.index == k)
               for j, k in enumerate(outs) if t_in.strides[k] != 0]
              for i, t_in in enumerate(flat.inputs)]
-    best, best_key = None, None
+    # Only the combinations with the most threads within the budget can win (the key's first
+    # term), so only they are weighed further.
+    combos = []
+    most = 0
     for combo in itertools.product(*options):
         total = 1
         for t in combo:
             total *= t
-        if total > budget:
-            continue
+        if most <= total <= budget:
+            if total > most:
+                most, combos = total, []
+            combos.append(combo)
+    best, best_key = None, None
+    for combo in combos:
+        total = most
         acc = [-(-u // t) for u, t in zip(units, combo, strict=True)]
         fmas = 1
         for a in acc:

@@ -52,6 +52,14 @@ MAX_PARTS = 64
 # Contractions with at least this many outputs a work-item slot of the device (compute units
 # x the largest work-group) are not tried: every tile of theirs fills the device already.
 BUSY = 4
+# Contractions weighed in worker processes from this many on (a process starts in ~0.5 s).
+MIN_PARALLEL = 4
+# Nor those whose multiply-adds take less than this many launches at the device's peak
+# rate: a split adds a launch, and the searches for its part counts cost a compile about a
+# second each (on the H200, a 64-channel 3x3 convolution at 28x28, a fifth of a launch's
+# work, ran 20 us either way; the same at 56x56, 0.8 of one, 44 -> 25 us split).
+SMALL_LAUNCHES = 0.25
+DEFAULT_LAUNCH_US = 5.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ class Split:
 
     output: str
     index: str
+    size: int  # the index's range
     parts: int
     seconds: float  # predicted, both kernels
     unsplit: float | None  # predicted for the contraction as written (None: not trusted)
@@ -88,31 +97,65 @@ class Split:
 
 
 def split_sums(program: ir.Program, hw: HwModel, search: Search,
-               keep: frozenset[str] = frozenset(), parts: int | None = None
-               ) -> tuple[ir.Program, tuple[Split, ...]]:
+               keep: frozenset[str] = frozenset(), parts: int | None = None,
+               workers: int = 0) -> tuple[ir.Program, tuple[Split, ...]]:
     """`program` with each contraction that gains from it split (the module docstring), and
     the splits made.  `parts`: every contraction that can be split is, in that many parts
     (where they divide its index's range), on any device.  Contractions writing a tensor in
-    `keep` stay as written (a tile the user forced names their indices)."""
+    `keep` stay as written (a tile the user forced names their indices).  `workers`: that
+    many processes weigh the contractions at once (`search` must then pickle); contractions
+    alike but for their tensors' names are weighed once."""
     if parts is None and (hw.kind != "gpu" or not hw.compute_units):
         return program, ()
+    todo = [op for op in program.ops if isinstance(op, ir.Contraction) and op.output not in keep]
+    firsts: dict[tuple, ir.Contraction] = {}
+    for op in todo:
+        firsts.setdefault(_alike(op, program.tensors), op)
+    jobs = [(op, {n: program.tensors[n] for n in op.tensors}, program.source, hw, search,
+             parts) for op in firsts.values()]
+    decided = dict(zip(firsts, _map(_decide, jobs, workers), strict=True))
     tensors = dict(program.tensors)
     ops: list[ir.Statement] = []
     made: list[Split] = []
     for op in program.ops:
-        found = None
-        if isinstance(op, ir.Contraction) and op.output not in keep:
-            found = _choose(op, tensors, hw, search, program, parts)
-        if found is None:
+        split = decided.get(_alike(op, program.tensors)) \
+            if isinstance(op, ir.Contraction) and op.output not in keep else None
+        if split is None:
             ops.append(op)
             continue
-        split, trial = found
+        trial = _split(op, tensors, split.index, split.size, split.parts)
         tensors[trial.tensor.name] = trial.tensor
         ops += trial.statements
-        made.append(split)
+        made.append(dataclasses.replace(split, output=op.output))
     if not made:
         return program, ()
     return dataclasses.replace(program, ops=tuple(ops), tensors=tensors), tuple(made)
+
+
+def _alike(op: ir.Contraction, tensors) -> tuple:
+    """What a split decision depends on: the statement with its tensors named by first
+    appearance, their shapes and types (a model's repeated layers are one decision)."""
+    alias: dict[str, str] = {}
+    names = [op.output] + [a.tensor for a in op.inputs]
+    for n in names:
+        alias.setdefault(n, f"#{len(alias)}")
+    return (op.agg, op.comb, op.out_idx, op.indices, op.no_defract, op.default,
+            tuple((alias[a.tensor], a.idx) for a in op.inputs),
+            tuple((c.poly, c.bound) for c in op.constraints),
+            tuple((alias[n], tensors[n].shape, tensors[n].dtype) for n in dict.fromkeys(names)))
+
+
+def _map(fn, jobs: list, workers: int) -> list:
+    if workers < 2 or len(jobs) < MIN_PARALLEL:
+        return [fn(j) for j in jobs]
+    from .workers import map_in_processes
+
+    return map_in_processes(fn, jobs, workers)
+
+
+def _decide(job) -> Split | None:
+    op, tensors, source, hw, search, parts = job
+    return _choose(op, tensors, hw, search, source, parts)
 
 
 def _index_to_split(op: ir.Contraction, flat: FlatContraction) -> tuple[str, int] | None:
@@ -127,16 +170,16 @@ def _index_to_split(op: ir.Contraction, flat: FlatContraction) -> tuple[str, int
     return best
 
 
-def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, program: ir.Program,
-            forced: int | None) -> tuple[Split, _Trial] | None:
+def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, source,
+            forced: int | None) -> Split | None:
     if op.agg != "+" or op.default is not None or op.no_defract or not op.out_idx:
         return None
     names = plain_indices(op.out_idx)
     if names is None or len(set(names)) != len(names):
         return None
-    if rewritten(op, tensors, source=program.source) is not op:
+    if rewritten(op, tensors, source=source) is not op:
         return None
-    flat0 = flatten(op, tensors, source=program.source)
+    flat0 = flatten(op, tensors, source=source)
     if not flat0.output_covered:
         return None
     found = _index_to_split(op, flat0)
@@ -146,20 +189,22 @@ def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, program: i
     if forced is not None:
         if forced < 2 or size % forced:
             return None
-        return Split(op.output, index, forced, 0.0, None), _split(op, tensors, index, size,
-                                                                  forced)
+        return Split(op.output, index, size, forced, 0.0, None)
     outputs = 1
     for k in flat0.out_indices:
         outputs *= flat0.ranges[k]
-    if outputs >= BUSY * hw.compute_units * max(hw.max_work_group_size, hw.threads):
+    slots = hw.compute_units * max(hw.max_work_group_size, hw.threads)
+    if outputs >= BUSY * slots:
         return None  # enough outputs to keep every compute unit busy
+    if hw.peak_gflops and 2 * flat0.points / (hw.peak_gflops * 1e3) < \
+            SMALL_LAUNCHES * (hw.launch_us or DEFAULT_LAUNCH_US):
+        return None  # too little work for a second launch to pay: not worth the searches
     as_written = search(flat0)
     unsplit = as_written.seconds if as_written.trusted else None
     options = [p for p in _powers_of_two(MAX_PARTS)
                if size % p == 0 and size // p >= MIN_CHUNK]
     if not options:
         return None
-    slots = hw.compute_units * max(hw.max_work_group_size, hw.threads)
     first = next((i for i, p in enumerate(options) if outputs * p >= BUSY * slots),
                  len(options) - 1)
     tried: dict[int, tuple[float | None, _Trial]] = {}
@@ -183,7 +228,7 @@ def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, program: i
     if best is None or (unsplit is not None and best[0] >= unsplit):
         return None
     seconds, trial = best
-    return Split(op.output, index, trial.parts, seconds, unsplit), trial
+    return Split(op.output, index, size, trial.parts, seconds, unsplit)
 
 
 @dataclass(frozen=True)
