@@ -240,3 +240,10 @@ def test_worker_processes_weigh_contractions_as_this_one_does():
     here = split_k(program, GPU, dataclasses.replace(OFF_DISK, search_workers=0))
     there = split_k(program, GPU, dataclasses.replace(OFF_DISK, search_workers=2))
     assert here == there and len(here[1]) == 4
+
+
+def test_half_precision_sums_stay_whole():
+    src, shapes = matmul(8, 4096, 8)
+    program = check_program(src, shapes, "float16")
+    after, splits = split_k(program, GPU, dataclasses.replace(OFF_DISK, split_k=4))
+    assert splits == () and after is program

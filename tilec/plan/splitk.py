@@ -174,6 +174,8 @@ def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, source,
             forced: int | None) -> Split | None:
     if op.agg != "+" or op.default is not None or op.no_defract or not op.out_idx:
         return None
+    if tensors[op.output].dtype == "float16":
+        return None  # partial sums stored in half precision would lose what one sum keeps
     names = plain_indices(op.out_idx)
     if names is None or len(set(names)) != len(names):
         return None
@@ -207,28 +209,26 @@ def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, source,
         return None
     first = next((i for i, p in enumerate(options) if outputs * p >= BUSY * slots),
                  len(options) - 1)
-    tried: dict[int, tuple[float | None, _Trial]] = {}
+    tried: dict[int, float | None] = {}
 
-    def seconds(i: int) -> float:
+    def predicted_at(i: int) -> float:
         if i not in tried:
-            trial = _split(op, tensors, index, size, options[i])
-            tried[i] = (_predicted(trial, search, hw), trial)
-        t = tried[i][0]
+            tried[i] = _predicted(_split(op, tensors, index, size, options[i]), search, hw)
+        t = tried[i]
         return float("inf") if t is None else t
 
     # From the parts that fill the device by count, more parts while the prediction
     # improves, else fewer while it does (two or three searches instead of one per option).
     i = first
-    while i + 1 < len(options) and seconds(i + 1) < seconds(i):
+    while i + 1 < len(options) and predicted_at(i + 1) < predicted_at(i):
         i += 1
     if i == first:
-        while i > 0 and seconds(i - 1) < seconds(i):
+        while i > 0 and predicted_at(i - 1) < predicted_at(i):
             i -= 1
-    best = None if seconds(i) == float("inf") else (seconds(i), tried[i][1])
-    if best is None or (unsplit is not None and best[0] >= unsplit):
+    best = predicted_at(i)
+    if best == float("inf") or (unsplit is not None and best >= unsplit):
         return None
-    seconds, trial = best
-    return Split(op.output, index, size, trial.parts, seconds, unsplit)
+    return Split(op.output, index, size, options[i], best, unsplit)
 
 
 @dataclass(frozen=True)
