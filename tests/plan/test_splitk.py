@@ -247,3 +247,16 @@ def test_half_precision_sums_stay_whole():
     program = check_program(src, shapes, "float16")
     after, splits = split_k(program, GPU, dataclasses.replace(OFF_DISK, split_k=4))
     assert splits == () and after is program
+
+
+@needs_device
+def test_tuning_plans_the_split_kernels_compile_builds():
+    """`tilec tune` times the kernels a compile would build (its records are looked up by
+    those kernels), so it plans the split too."""
+    from tilec.tune.measure import Prepared
+
+    src, shapes = conv(1, 512, 512, 14)
+    prepared = Prepared(src, shapes, config=OFF_DISK, hw=GPU)
+    names = [k.name for k in prepared.plan.kernels]
+    exe = tile_compile(src, shapes, config=OFF_DISK, hw=GPU)
+    assert "contract_A_parts" in names and names == [k.name for k in exe.plan.kernels]

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.contraction import KernelSource, contraction_source
-from ..codegen.generate import generate, packed, schedule_for, with_local_size
+from ..codegen.generate import generate, packed, schedule_for, split_k, with_local_size
 from ..config import Config
 from ..errors import Source, TileError
 from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
@@ -155,6 +155,8 @@ class Prepared:
         self.program = check_program(source, shapes, dtype)
         self.runtime = Runtime.get(config.device)
         self.model = hw_model_for(hw, config, self.runtime)
+        # Planned as compile plans it (its kernels are the ones a record is looked up for).
+        self.program, _ = split_k(self.program, self.model, config)
         self.program = packed(self.program, self.model, config)
         self.plan = plan_kernels(self.program, rows=config.row_fusion,
                                  attention=fuse_attention(config, self.model))
