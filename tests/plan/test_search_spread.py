@@ -1,4 +1,4 @@
-"""The exhaustive search's spread (`search._exhaustive`): each reduction tile's best output
+"""The exhaustive search's spread (`space._exhaustive`): each reduction tile's best output
 tile by the approximate pass is predicted exactly too, and joins the ranking only when it is
 clearly faster than the pool's best."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tilec
-from tilec.plan import search as search_mod
+from tilec.plan import space
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 from tilec.plan.search import search
@@ -36,7 +36,7 @@ def test_a_window_tile_the_approximate_pass_misses_is_found(monkeypatch):
     (the pool alone: ~185 us predicted; with them ~129 us; measured 0.182 -> 0.145 ms)."""
     flat, post = _flat({"D": (1, 224, 224, 64), "K": (3, 3, 64, 64)})
     with_spread = search(flat, H200, post_ops=post)
-    monkeypatch.setattr(search_mod, "SPREAD_MARGIN", 1.0)  # the spread never joins
+    monkeypatch.setattr(space, "SPREAD_MARGIN", 1.0)  # the spread never joins
     pool_only = search(flat, H200, post_ops=post)
     assert with_spread.predicted[0][0] < 0.8 * pool_only.predicted[0][0]
     tile = dict(zip(flat.names, with_spread.tile, strict=True))
@@ -49,11 +49,11 @@ def test_a_window_tile_the_approximate_pass_misses_is_found(monkeypatch):
 def test_where_the_pool_has_the_best_the_spread_changes_nothing(shapes, monkeypatch):
     flat, post = _flat(shapes)
     with_spread = search(flat, H200, post_ops=post)
-    monkeypatch.setattr(search_mod, "SPREAD_MARGIN", 1.0)
+    monkeypatch.setattr(space, "SPREAD_MARGIN", 1.0)
     assert search(flat, H200, post_ops=post).top == with_spread.top
 
 
 def test_new_rows():
     rows = np.array([[1, 2], [3, 4], [5, 6]])
-    assert search_mod._new_rows(rows, np.array([[3, 4]])).tolist() == [[1, 2], [5, 6]]
-    assert search_mod._new_rows(rows, rows).shape == (0, 2)
+    assert space._new_rows(rows, np.array([[3, 4]])).tolist() == [[1, 2], [5, 6]]
+    assert space._new_rows(rows, rows).shape == (0, 2)

@@ -1,0 +1,227 @@
+"""The tile space of one contraction: enumerating candidate tiles and ranking them.
+
+`ranked_tiles` scores every tile (or, past `search.LIMIT`, climbs a beam from the all-1 tile),
+keeps the best by the ranking in `search`'s docstring and, with the time model, predicts the
+best POOL of them exactly (the approximate first pass splits threads as PlaidML's layout
+does, the exact one as the schedule will) and ranks them again.  On GPUs it also predicts
+exactly, for each reduction tile, the output tile the approximate pass likes best (the
+spread, `_exhaustive`), taken where clearly faster than the pool's best."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .cost import score_many
+from .predict import predict_many
+
+POOL = 64
+# How much faster (predicted) a spread tile must be than the pool's best to be taken.
+SPREAD_MARGIN = 0.05
+CHUNK = 1 << 18
+BEAM = 64
+
+
+def ranked_tiles(cands: list[list[int]], top_k: int, es: int, args: tuple,
+                  strategy: str) -> tuple[np.ndarray, list[int]]:
+    """The best top_k tiles by the args' ranking.  The time model's first pass is approximate
+    (`predict_many(exact=False)`): a wider pool of its best tiles is predicted exactly and
+    ranked again."""
+    timed = args[-1]
+    pool = max(top_k, POOL) if timed else top_k
+    spread = np.zeros((0, len(cands)), np.int64)
+    if strategy == "beam":
+        best, tally = _beam(cands, pool, args)
+    else:
+        best, tally, spread = _exhaustive(cands, pool, es, args)
+    if timed and best.shape[0]:
+        ranked = _exact_order(best, args)
+        extra = _new_rows(spread, best)
+        if extra.shape[0] and ranked.shape[0]:
+            # The spread's tiles join only where one is predicted clearly faster than the
+            # pool's best: a near tie is within what the model can tell apart (vgg11's
+            # 28x28 convolutions: 0.3% predicted, slower on the H200).
+            both = _exact_order(np.concatenate([ranked, extra]), args)
+            t = _stats(both[:1], args, exact=True)["time"][0]
+            if t < (1 - SPREAD_MARGIN) * _stats(ranked[:1], args, exact=True)["time"][0]:
+                ranked = both
+        best = ranked[:top_k]
+    return best, tally
+
+
+def _new_rows(rows: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """The rows of `rows` that are not in `seen`."""
+    have = {tuple(r) for r in seen.tolist()}
+    keep = [i for i, r in enumerate(rows.tolist()) if tuple(r) not in have]
+    return rows[keep]
+
+
+def count(cands: list[list[int]]) -> int:
+    n = 1
+    for c in cands:
+        n *= len(c)
+    return n
+
+
+def _product(lists: list[list[int]]) -> np.ndarray:
+    if not lists:
+        return np.ones((1, 0), np.int64)
+    grids = np.meshgrid(*[np.asarray(c, np.int64) for c in lists], indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1)
+
+
+def _exhaustive(cands: list[list[int]], top_k: int, es: int,
+                args: tuple) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """The top_k tiles, the tally and, on a GPU with the time model, the spread: for each
+    reduction tile, the output tile with the least approximate time.  The approximate pass
+    misjudges some reduction-tile shapes as a whole (it splits threads as PlaidML's layout
+    does): at N=1 224x224 the seed convolution's tiles with a 3x1 window tile were all
+    outside its top 64 though predicted 30% faster exactly, and ran 18% faster on the H200;
+    the spread has them predicted exactly too."""
+    flat, hw = args[0], args[1]
+    spread_on = args[-1] and hw.kind == "gpu"
+    k = len(cands)
+    outs = list(flat.out_indices)
+    reds = list(flat.reduce_indices)
+    out_rows = _product([cands[i] for i in outs])
+    red_rows = _product([cands[i] for i in reds])
+    acc = np.prod(out_rows, axis=1)
+    keep = acc * es <= hw.max_regs
+    if hw.kind == "cpu" and hw.threads == 1 and hw.registers > 0:
+        keep &= acc <= (hw.registers - 1) * max(1, hw.vec_size)
+    pruned = int((~keep).sum()) * red_rows.shape[0]
+    out_rows = out_rows[keep]
+    tally = [0, 0, 0, pruned]
+    best = np.zeros((0, k), np.int64)
+    best_stats: dict[str, np.ndarray] = {}
+    per = max(1, CHUNK // max(1, red_rows.shape[0]))
+    nr = red_rows.shape[0]
+    spread_t = np.full(nr, np.inf)
+    spread = np.ones((nr, k), np.int64)
+    for lo in range(0, out_rows.shape[0], per):
+        block = out_rows[lo:lo + per]
+        tiles = np.ones((block.shape[0] * nr, k), np.int64)
+        tiles[:, outs] = np.repeat(block, nr, axis=0)
+        tiles[:, reds] = np.tile(red_rows, (block.shape[0], 1))
+        stats = _stats(tiles, args)
+        _tally(stats, tally)
+        if spread_on:
+            t = np.where(stats["status"] == 0, stats["time"], np.inf).reshape(-1, nr)
+            at = t.argmin(axis=0)
+            lower = t[at, np.arange(nr)] < spread_t
+            spread_t = np.where(lower, t[at, np.arange(nr)], spread_t)
+            spread[lower] = tiles.reshape(-1, nr, k)[at[lower], np.flatnonzero(lower)]
+        best, best_stats = _merge_best(tiles, best, best_stats, top_k, tally, args,
+                                       stats=stats)
+    return best, tally, spread[np.isfinite(spread_t)]
+
+
+def _beam(cands: list[list[int]], top_k: int, args: tuple) -> tuple[np.ndarray, list[int]]:
+    k = len(cands)
+    nxt = [dict(itertools.pairwise(c)) for c in cands]
+    frontier = np.ones((1, k), np.int64)
+    seen = {tuple(frontier[0])}
+    tally = [0, 0, 0, 0]
+    best = np.zeros((0, k), np.int64)
+    best_stats: dict[str, np.ndarray] = {}
+    first = True
+    while frontier.shape[0]:
+        if first:
+            new = frontier
+            first = False
+        else:
+            grown = []
+            for row in frontier.tolist():
+                for i in range(k):
+                    up = nxt[i].get(row[i])
+                    if up is None:
+                        continue
+                    t = tuple(row[:i] + [up] + row[i + 1:])
+                    if t not in seen:
+                        seen.add(t)
+                        grown.append(t)
+            if not grown:
+                break
+            new = np.asarray(grown, np.int64)
+        stats = _stats(new, args)
+        _tally(stats, tally)
+        ok = stats["status"] == 0
+        if ok.any():
+            frontier = new[ok][_ranked(new[ok], _sub(stats, ok))[:BEAM]]
+        else:
+            # A rejected tile can have valid descendants (the reduction scratch of the all-1
+            # tile goes away once the output tile covers the threads), so climb on from some.
+            frontier = new[:BEAM]
+        best, best_stats = _merge_best(new, best, best_stats, top_k, [0, 0, 0, 0], args,
+                                       stats=stats)
+    return best, tally
+
+
+def _tally(stats: dict[str, np.ndarray], tally: list[int]) -> None:
+    tally[0] += stats["status"].shape[0]
+    tally[1] += int((stats["status"] == 1).sum())
+    tally[2] += int((stats["status"] == 2).sum())
+
+
+def _merge_best(tiles: np.ndarray, best: np.ndarray, best_stats: dict[str, np.ndarray],
+                top_k: int, tally: list[int], args: tuple,
+                stats: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
+    """Score `tiles` (unless `stats` are given) and keep the top_k of them and `best`."""
+    if stats is None:
+        stats = _stats(tiles, args)
+        _tally(stats, tally)
+    ok = stats["status"] == 0
+    if ok.any():
+        # Only tiles that can still reach the top need the full tie-break.
+        if ok.sum() > top_k:
+            if "time" in stats:
+                cut = np.partition(stats["time"][ok], top_k - 1)[top_k - 1]
+                ok &= stats["time"] <= cut
+            else:
+                sc = stats["score"]
+                cut = np.partition(sc[ok], -top_k)[-top_k]
+                ok &= sc >= cut
+        tiles = np.concatenate([best, tiles[ok]])
+        merged = {key: np.concatenate([best_stats.get(key, v[:0]), v[ok]])
+                  for key, v in stats.items()}
+    else:
+        tiles, merged = best, best_stats
+    if tiles.shape[0] == 0:
+        return tiles, merged
+    order = _ranked(tiles, merged)[:top_k]
+    return tiles[order], {key: v[order] for key, v in merged.items()}
+
+
+def _stats(tiles: np.ndarray, args: tuple, exact: bool = False) -> dict[str, np.ndarray]:
+    """PlaidML's statistics of each tile and, with the time model, its predicted "time"."""
+    flat, hw, post_ops, dtype, post_inputs, timed = args
+    stats = score_many(flat, tiles, hw, post_ops, dtype, post_inputs=post_inputs)
+    if timed:
+        stats["time"] = predict_many(flat, tiles, hw, stats, dtype, exact=exact)["time"]
+    return stats
+
+
+def _exact_order(tiles: np.ndarray, args: tuple) -> np.ndarray:
+    """`tiles` ranked again with exact predictions (rejected ones dropped)."""
+    stats = _stats(tiles, args, exact=True)
+    ok = stats["status"] == 0
+    tiles, stats = tiles[ok], _sub(stats, ok)
+    return tiles[_ranked(tiles, stats)]
+
+
+def _sub(stats: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {key: v[mask] for key, v in stats.items()}
+
+
+def _ranked(tiles: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+    """Row order, best first (the ranking in the module docstring)."""
+    if tiles.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    l2 = stats.get("l2_bytes", np.zeros(tiles.shape[0], np.int64))
+    keys = [tiles[:, j] for j in range(tiles.shape[1] - 1, -1, -1)]
+    keys += [stats["or"], stats["sm"], stats["il"], stats["wg"], l2,
+             -stats["flops_per_byte"], -stats["score"]]
+    if "time" in stats:
+        keys.append(stats["time"])
+    return np.lexsort(keys)
