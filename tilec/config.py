@@ -25,8 +25,9 @@ class Config:
     split_reduction: bool | int | None = None
     # Sums with few outputs and a long reduction as partial sums over parts of the reduction
     # and their sum (`plan.splitk`, split-K): None = on GPU models, where the time model
-    # predicts both kernels faster than the contraction as written; False = never; an int =
-    # that many parts for every contraction that can be split (any device).
+    # predicts both kernels faster than the contraction as written (True: the same); False =
+    # never; an int >= 2 = that many parts for every contraction that can be split (any
+    # device).
     split_k: bool | int | None = None
     # Processes that weigh the split-K part counts of a model's contractions at once (each
     # a few tile searches): None = one a core (at most 8) where there are 4 cores or more,

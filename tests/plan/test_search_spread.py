@@ -57,3 +57,10 @@ def test_new_rows():
     rows = np.array([[1, 2], [3, 4], [5, 6]])
     assert space._new_rows(rows, np.array([[3, 4]])).tolist() == [[1, 2], [5, 6]]
     assert space._new_rows(rows, rows).shape == (0, 2)
+
+
+def test_a_contraction_without_indices_is_searched_on_a_gpu_model():
+    plan = plan_kernels(tilec.check_program(
+        "function (A[], B[]) -> (C) { C[] = +(A[] * B[]); }", {"A": (), "B": ()}))
+    k = next(k for k in plan.kernels if hasattr(k, "flat"))
+    assert search(k.flat, H200).tile == ()

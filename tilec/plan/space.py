@@ -80,7 +80,6 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
     outside its top 64 though predicted 30% faster exactly, and ran 18% faster on the H200;
     the spread has them predicted exactly too."""
     flat, hw = args[0], args[1]
-    spread_on = args[-1] and hw.kind == "gpu"
     k = len(cands)
     outs = list(flat.out_indices)
     reds = list(flat.reduce_indices)
@@ -106,7 +105,7 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
         tiles[:, reds] = np.tile(red_rows, (block.shape[0], 1))
         stats = _stats(tiles, args)
         _tally(stats, tally)
-        if spread_on:
+        if args[-1] and hw.kind == "gpu" and k and tiles.shape[0]:
             t = np.where(stats["status"] == 0, stats["time"], np.inf).reshape(-1, nr)
             at = t.argmin(axis=0)
             lower = t[at, np.arange(nr)] < spread_t
