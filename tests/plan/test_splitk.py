@@ -260,3 +260,44 @@ def test_tuning_plans_the_split_kernels_compile_builds():
     names = [k.name for k in prepared.plan.kernels]
     exe = tile_compile(src, shapes, config=OFF_DISK, hw=GPU)
     assert "contract_A_parts" in names and names == [k.name for k in exe.plan.kernels]
+
+
+def _random_sum(seed: int) -> tuple[str, dict, int]:
+    """A random sum of products that can be split: two output indices, a split index k with
+    a stride and an offset in one operand, sometimes a padded 3-point window along j (its
+    constraint on j and r), sometimes a post-op; and a part count that divides k's range."""
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(1, 9)), int(rng.integers(1, 7))
+    parts = int(rng.choice([2, 3, 4]))
+    kk = parts * int(rng.integers(2, 7))
+    stride, off = int(rng.integers(1, 3)), int(rng.integers(0, 3))
+    window = bool(rng.integers(0, 2))
+    width = stride * (kk - 1) + off + 1
+    if window:  # a padded 3-point window along j, as a convolution's x: j + r - 1 < n
+        read = f"A[m, {stride}*k + {off}, j + r - 1]"
+        cons, wread = f", j + r - 1 < {n}", "W[k, r]"
+        adims, wdims = (m, width, n), (kk, 3)
+    else:
+        read = f"A[m, {stride}*k + {off}]"
+        cons, wread = "", "W[k, j]"
+        adims, wdims = (m, width), (kk, n)
+    post = ["", "  Y = relu(C);\n", "  Y = C * 2 + E;\n"][int(rng.integers(0, 3))]
+    outs, ins = ("Y" if post else "C"), ["A", "W"] + (["E"] if "E" in post else [])
+    shapes = {"A": adims, "W": wdims, "E": (m, n)}
+    src = (f"function ({', '.join(f'{t}[{chr(44).join(map(str, shapes[t]))}]' for t in ins)})"
+           f" -> ({outs}) {{\n  C[m, j : {m}, {n}] = +({read} * {wread}){cons};\n{post}}}")
+    return src, {t: shapes[t] for t in ins}, parts
+
+
+@needs_device
+@pytest.mark.parametrize("seed", range(12))
+def test_random_sums_split_in_parts_match_numpy(seed):
+    """Random splittable sums (`_random_sum`) compiled with their parts forced, on the CPU
+    device and with a GPU model, against the numpy reference of the program as written and
+    the program compiled without the split, outputs poisoned first."""
+    src, shapes, parts = _random_sum(seed)
+    hw = GPU if seed % 2 else None
+    exe = _compiled_against_as_written(src, shapes,
+                                       dataclasses.replace(OFF_DISK, split_k=parts), hw=hw,
+                                       seed=seed)
+    assert [s.parts for s in exe.splits] == [parts], src
