@@ -301,3 +301,18 @@ def test_random_sums_split_in_parts_match_numpy(seed):
                                        dataclasses.replace(OFF_DISK, split_k=parts), hw=hw,
                                        seed=seed)
     assert [s.parts for s in exe.splits] == [parts], src
+
+
+@needs_device
+def test_compile_on_the_command_line_says_what_it_split(tmp_path, capsys, monkeypatch):
+    from tilec.cli.main import main
+
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path / "cache"))
+    src, shapes = conv(1, 16, 8, 5)
+    path = tmp_path / "c.tile"
+    path.write_text(src)
+    args = [a for n, s in shapes.items() for a in ("--shape", f"{n}={'x'.join(map(str, s))}")]
+    assert main(["compile", str(path), "--split-k", "4", "-o", str(tmp_path / "c.cl"),
+                 "--quiet", *args]) == 0
+    assert "split-K: A's sum over ci in 4 parts (as configured)" in capsys.readouterr().out
+    assert "A_parts[part, n, co, x, y : 4, 1, 8, 5, 5]" in (tmp_path / "c.cl").read_text()

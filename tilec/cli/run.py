@@ -37,6 +37,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".cl")
     out.write_text(exe.source)
     print(f"wrote {out} ({len(exe.sources)} kernel{'s' if len(exe.sources) != 1 else ''})")
+    for split in getattr(exe, "splits", ()):
+        print(f"  {split.describe()}")
     if args.manifest:
         from ..bundle import manifest
 
@@ -74,6 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outs = exe.run(arrays, repeat=args.repeat, poison=args.validate)
     info = exe.runtime.info
     print(f"device: {info.label} ({info.platform_version}); {model}")
+    for split in getattr(exe, "splits", ()):
+        print(f"  {split.describe()}")
     total = 0.0
     for k in exe.kernels:
         t = exe.last_timings.get(k.name, 0.0)
