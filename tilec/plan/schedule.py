@@ -489,7 +489,6 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
             combos.append(combo)
     best, best_key = None, None
     for combo in combos:
-        total = most
         acc = [-(-u // t) for u, t in zip(units, combo, strict=True)]
         fmas = 1
         for a in acc:
@@ -500,8 +499,8 @@ def split_threads(flat: FlatContraction, tile: tuple[int, ...], budget: int,
             for j, whole_runs in pairs:
                 n *= acc[j] // RUN if whole_runs and acc[j] % RUN == 0 else acc[j]
             loads += n
-        waste = round(total * fmas / useful, 3)
-        key = (-total, waste, loads / fmas, -(combo[0] if combo else 1))
+        waste = round(most * fmas / useful, 3)
+        key = (-most, waste, loads / fmas, -(combo[0] if combo else 1))
         if best_key is None or key < best_key:
             best, best_key = combo, key
     th = [1] * len(tile)

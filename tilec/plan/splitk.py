@@ -84,11 +84,11 @@ class Split:
     index: str
     size: int  # the index's range
     parts: int
-    seconds: float  # predicted, both kernels
+    seconds: float | None  # predicted, both kernels (None: the parts were configured)
     unsplit: float | None  # predicted for the contraction as written (None: not trusted)
 
     def describe(self) -> str:
-        if not self.seconds:
+        if self.seconds is None:
             return (f"split-K: {self.output}'s sum over {self.index} in {self.parts} parts "
                     "(as configured)")
         before = "not predicted" if self.unsplit is None else f"{self.unsplit * 1e6:.1f} us"
@@ -108,9 +108,10 @@ def split_sums(program: ir.Program, hw: HwModel, search: Search,
     if parts is None and (hw.kind != "gpu" or not hw.compute_units):
         return program, ()
     todo = [op for op in program.ops if isinstance(op, ir.Contraction) and op.output not in keep]
+    keys = {id(op): _alike(op, program.tensors) for op in todo}
     firsts: dict[tuple, ir.Contraction] = {}
     for op in todo:
-        firsts.setdefault(_alike(op, program.tensors), op)
+        firsts.setdefault(keys[id(op)], op)
     jobs = [(op, {n: program.tensors[n] for n in op.tensors}, program.source, hw, search,
              parts) for op in firsts.values()]
     decided = dict(zip(firsts, _map(_decide, jobs, workers), strict=True))
@@ -118,8 +119,7 @@ def split_sums(program: ir.Program, hw: HwModel, search: Search,
     ops: list[ir.Statement] = []
     made: list[Split] = []
     for op in program.ops:
-        split = decided.get(_alike(op, program.tensors)) \
-            if isinstance(op, ir.Contraction) and op.output not in keep else None
+        split = decided.get(keys[id(op)]) if id(op) in keys else None
         if split is None:
             ops.append(op)
             continue
@@ -191,7 +191,7 @@ def _choose(op: ir.Contraction, tensors, hw: HwModel, search: Search, source,
     if forced is not None:
         if forced < 2 or size % forced:
             return None
-        return Split(op.output, index, size, forced, 0.0, None)
+        return Split(op.output, index, size, forced, None, None)
     outputs = 1
     for k in flat0.out_indices:
         outputs *= flat0.ranges[k]
