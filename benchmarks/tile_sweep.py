@@ -1,25 +1,32 @@
 """Measure many tiles of one contraction against the time model's predictions.
 
-    python benchmarks/tile_sweep.py FILE.tile --shape NAME=AxB ... [--device D] [--top 16]
-           [--random 16] [--repeat 5] [--json OUT.jsonl]
+    python benchmarks/tile_sweep.py FILE.tile --shape NAME=AxB ... [--device D] [--kernel K]
+           [--top 16] [--random 16] [--repeat 9] [--json OUT.jsonl]
 
-The tiles: the time model's top `--top` (exact predictions over a pool of both rankings' top
-512), PlaidML's top 8, and `--random` tiles drawn (seeded) from the time model's next 240, so
-the sample is not only what the model already likes.  Each tile is compiled alone (`--tile`),
-validated against the numpy reference once, and timed (median OpenCL event time of
-`--repeat` runs).  One JSON line a tile: the tile, predicted seconds and bottleneck, PlaidML's
-score, measured seconds; the end prints Spearman's rho between predicted and measured and the
-regret of the model's first choice within the sample.  The data fits and checks
-`plan.predict`'s coefficients."""
+The contraction is the one compile builds: the program is planned as `tilec compile` plans it
+(sums split in parts, filters relaid and operands packed: `tune.measure.Prepared`), and the
+kernel swept is `--kernel` or the contraction with the most multiply-adds.  Its tiles: the
+time model's top `--top` (exact predictions over a pool of both rankings' top 512), PlaidML's
+top 8, the tile compile chose, and `--random` tiles drawn (seeded) from the time model's next
+240, so the sample is not only what the model already likes.  Every tile's kernel is rendered
+as compile renders it, validated against the numpy reference with its outputs poisoned, and
+the correct ones are timed together in interleaved rounds (`tune.bench.Runner`: drift on a
+shared machine hits every tile alike).  One JSON line a tile: the tile, predicted seconds and
+bottleneck, PlaidML's score, whether compile chose it, measured seconds (median of `--repeat`)
+and the runs' spread; the end prints Spearman's rho between predicted and measured and the
+regret of the time model's first choice and of compile's choice within the sample.  The data
+fits and checks `plan.predict`'s coefficients."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> int:
@@ -28,41 +35,44 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--device")
     ap.add_argument("--hw", help="hardware model (default: the device's, calibrated if stored)")
+    ap.add_argument("--kernel", help="the kernel to sweep (default: the largest contraction)")
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--random", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    import tilec
     from tilec.config import Config
-    from tilec.lang.reference import random_array
     from tilec.lang.source import parse_shape, read_source
     from tilec.plan.cost import score_many
-    from tilec.plan.fuse import plan_kernels
+    from tilec.plan.fuse import ContractionKernel
     from tilec.plan.predict import BOTTLENECKS, predict_many
     from tilec.plan.search import search
-    from tilec.runtime.device import Runtime, hw_model_for
-    from tilec.tune.measure import spearman
+    from tilec.tune.bench import Candidate, Runner
+    from tilec.tune.measure import Prepared, spearman, variant
 
     src = read_source(args.file)
     shapes = dict(parse_shape(s) for s in args.shape) or None
-    prog = tilec.check_program(src, shapes)
-    kernel = next(k for k in plan_kernels(prog).kernels if hasattr(k, "flat"))
-    flat = kernel.flat
-    rt = Runtime.get(args.device)
-    hw = hw_model_for(args.hw, Config(device=args.device), rt)
+    config = Config(device=args.device, use_tuning_records=False)
+    prep = Prepared(src, shapes, config=config, hw=args.hw)
+    hw = prep.model
+    contractions = [k for k in prep.plan.kernels if isinstance(k, ContractionKernel)]
+    if args.kernel:
+        kernel = prep.kernel(args.kernel)
+    else:
+        kernel = max(contractions, key=lambda k: int(np.prod(k.flat.ranges)))
+    flat, post = kernel.flat, kernel.post_op_count
+    chosen = tuple(prep.searches[kernel.name].top[0][0])
     # The pool: both rankings' top 512, ordered by predicted time (padded convolutions are
     # ranked by PlaidML's score in a compile, but predicted all the same).
-    timed = search(flat, hw, post_ops=kernel.post_op_count, top_k=512)
-    plaid = search(flat, hw, post_ops=kernel.post_op_count, top_k=512, model="plaidml")
+    timed = search(flat, hw, post_ops=post, top_k=512)
+    plaid = search(flat, hw, post_ops=post, top_k=512, model="plaidml")
     pool = np.asarray(list(dict.fromkeys([t for t, _ in timed.top] + [t for t, _ in plaid.top])),
                       np.int64)
-    order = np.argsort(predict_many(flat, pool, hw, score_many(flat, pool, hw,
-                                                               kernel.post_op_count))["time"],
+    order = np.argsort(predict_many(flat, pool, hw, score_many(flat, pool, hw, post))["time"],
                        kind="stable")
     ranked = [tuple(int(v) for v in pool[i]) for i in order]
-    tiles = ranked[:args.top] + [t for t, _ in plaid.top[:8]]
+    tiles = ranked[:args.top] + [t for t, _ in plaid.top[:8]] + [chosen]
     rng = np.random.default_rng(0)
     rest = ranked[args.top:256]
     if rest:
@@ -70,37 +80,29 @@ def main() -> int:
         tiles += [rest[i] for i in sorted(pick)]
     tiles = list(dict.fromkeys(tiles))
     arr = np.asarray(tiles, np.int64)
-    stats = score_many(flat, arr, hw, kernel.post_op_count)
+    stats = score_many(flat, arr, hw, post)
     pred = predict_many(flat, arr, hw, stats)
-    arrays = None
+    threads = config.threads if config.threads is not None else hw.threads
+    cands = []
+    for i, tile in enumerate(tiles):
+        source = variant(kernel, prep.plan, hw, config, tile, threads)
+        cands.append(Candidate(kernel.name, "contraction", "tile",
+                               tuple(zip(flat.names, tile, strict=True)), source.local_size,
+                               source.local_size, i, float(stats["score"][i]), source,
+                               float(pred["time"][i]),
+                               BOTTLENECKS[int(pred["bottleneck"][i])]))
+    runner = Runner(prep.bench, None, None, None, warmup=2, repeat=args.repeat)
     rows = []
     out = open(args.json, "w") if args.json else None  # noqa: SIM115
-    for i, tile in enumerate(tiles):
-        forced = dict(zip(flat.names, tile, strict=True))
-        cfg = Config(device=args.device, tiles={kernel.name: forced}, use_tuning_records=False)
-        exe = tilec.compile(src, shapes, config=cfg, hw=args.hw)
-        if arrays is None:
-            g = np.random.default_rng(1)
-            arrays = {n: random_array(g, exe.program.tensors[n].shape,
-                                      exe.program.tensors[n].dtype)
-                      for n in exe.program.inputs}
-            check = True
-        else:
-            check = False
-        outs = exe.run(arrays, poison=True)
-        if check or i < 3:
-            v = exe.check(exe._inputs(arrays), outs)
-            if not v.ok:
-                print(f"{forced}: validation failed ({v.worst})", file=sys.stderr)
-                continue
-        times = []
-        for _ in range(args.repeat):
-            exe.run(arrays)
-            times.append(exe.last_timings[kernel.name])
-        secs = statistics.median(times)
-        rec = {"tile": forced, "predicted_s": float(pred["time"][i]),
-               "bottleneck": BOTTLENECKS[int(pred["bottleneck"][i])],
-               "plaidml_score": float(stats["score"][i]), "measured_s": secs}
+    for m in runner.measure(cands):
+        c = m.candidate
+        if m.status != "ok":
+            print(f"{c.label()}: {m.status} ({m.note})", file=sys.stderr)
+            continue
+        tile = dict(c.tile)
+        rec = {"tile": tile, "predicted_s": c.predicted, "bottleneck": c.bottleneck,
+               "plaidml_score": c.score, "chosen": tuple(tile.values()) == chosen,
+               "measured_s": m.seconds, "spread": round(m.spread, 3)}
         rows.append(rec)
         line = json.dumps(rec)
         print(line, flush=True)
@@ -111,9 +113,12 @@ def main() -> int:
         rho = spearman([r["predicted_s"] for r in fin], [r["measured_s"] for r in fin])
         first = min(fin, key=lambda r: r["predicted_s"])
         best = min(r["measured_s"] for r in rows)
-        print(f"rho {rho:+.3f}; regret in the sample {first['measured_s'] / best:.3f}; "
-              f"first choice predicted {first['predicted_s'] * 1e3:.4f} ms, measured "
-              f"{first['measured_s'] * 1e3:.4f} ms")
+        took = [r for r in rows if r["chosen"]]
+        took_s = f"{took[0]['measured_s'] / best:.3f}" if took else "n/a"
+        print(f"{kernel.name}: rho {rho:+.3f}; regret in the sample: time model's first "
+              f"choice {first['measured_s'] / best:.3f} (predicted "
+              f"{first['predicted_s'] * 1e3:.4f} ms, measured {first['measured_s'] * 1e3:.4f} "
+              f"ms), compile's choice {took_s}; fastest {best * 1e3:.4f} ms")
     return 0
 
 

@@ -263,7 +263,7 @@ def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str
     # Vectors run along the index the code generator picks (`schedule.vector_candidates`): the
     # output's unit-stride index, or a reduction index read contiguously by every input (then
     # each accumulator is a vector whose lanes are summed at the end: "dot" mode).
-    cands = vector_candidates(flat, cpu=hw.kind == "cpu")
+    cands = vector_candidates(flat, cpu=hw.kind == "cpu", lanes=hw.vec_size)
     u = cands[0] if cands and hw.vec_size > 1 else None
     # A CPU tile the range leaves over moves back (`Schedule.shift`): its lanes need not
     # divide the range.
@@ -375,7 +375,8 @@ def _vector_index(flat: FlatContraction, hw: HwModel) -> int | None:
     input is contiguous (`schedule.vector_candidates` unstaged).  The schedule may choose
     otherwise and stage an input this guesses it reads through the cache; the exact
     predictions check the schedule's own staging (`predict`)."""
-    cands = vector_candidates(flat, cpu=hw.kind == "cpu") if hw.vec_size > 1 else []
+    cands = vector_candidates(flat, cpu=hw.kind == "cpu", lanes=hw.vec_size) \
+        if hw.vec_size > 1 else []
     return cands[0] if cands else None
 
 

@@ -198,8 +198,8 @@ def _read_slots(flat: FlatContraction, t) -> float:
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
     """The vector index (`schedule.vector_candidates`' first) and each row's lanes on it."""
     staged = hw.kind == "gpu" and hw.staging == "local"  # as `make_schedule` decides
-    cands = vector_candidates(flat, staged=staged, cpu=hw.kind == "cpu") \
-        if hw.vec_size > 1 else []
+    cands = vector_candidates(flat, staged=staged, cpu=hw.kind == "cpu",
+                              lanes=hw.vec_size) if hw.vec_size > 1 else []
     kv = cands[0] if cands else None
     if kv is None:
         return None, np.ones(T.shape[0], np.int64)

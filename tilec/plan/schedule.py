@@ -166,7 +166,7 @@ def shift_fits(flat: FlatContraction, k: int, tile_k: int, cpu: bool) -> bool:
 
 
 def vector_candidates(flat: FlatContraction, staged: bool = False,
-                      cpu: bool = False, masked: bool = True) -> list[int]:
+                      cpu: bool = False, masked: bool = True, lanes: int = 0) -> list[int]:
     """Indices that can be spread over vector lanes, best first.
 
     An index qualifies when no constraint mentions it (a lane mask per point would be needed)
@@ -184,13 +184,16 @@ def vector_candidates(flat: FlatContraction, staged: bool = False,
     no vector fits, is passed over unless its last tile can move back (`shift_fits`); a
     constrained output index of a one-input reduction comes last (CPU models), and one of a
     product only where nothing else qualifies and `masked` (inputs read from global memory,
-    where `interior.lane_edge` masks the border's lanes)."""
-    scored = _vector_scores(flat, staged, cpu, products=False)
+    where `interior.lane_edge` masks the border's lanes).  On `cpu` models with `lanes` (the
+    vector width), an index shorter than a vector comes after those that fill one:
+    a stride-2 1x1 convolution's 7 output columns fill 4 of 16 lanes, its 512 output
+    channels (read from a relaid filter) all of them."""
+    scored = _vector_scores(flat, staged, cpu, products=False, lanes=lanes)
     if not scored and cpu and masked and len(flat.inputs) > 1 and not _relayable(flat):
         # A product with no other candidate, and none a copy of one operand could make (an
         # NCHW depthwise convolution: both inputs hold its channels apart), spreads its
         # constrained output columns over lanes rather than run scalar code.
-        scored = _vector_scores(flat, staged, cpu, products=True)
+        scored = _vector_scores(flat, staged, cpu, products=True, lanes=lanes)
     return [k for *_, k in sorted(scored)]
 
 
@@ -204,7 +207,7 @@ def _relayable(flat: FlatContraction) -> bool:
 
 
 def _vector_scores(flat: FlatContraction, staged: bool, cpu: bool,
-                   products: bool) -> list[tuple]:
+                   products: bool, lanes: int = 0) -> list[tuple]:
     """`vector_candidates`' sort keys, one for each index that qualifies (`products`: a
     constrained output index of a product may)."""
     blocked = windowed(flat)
@@ -232,8 +235,9 @@ def _vector_scores(flat: FlatContraction, staged: bool, cpu: bool,
             continue  # no vector fits an odd range (`_register_tile`): the CPU model looks on
         loads = sum(1 for s in strides if s == 1)
         pairs = sum(1 for s in strides if s == 2)
-        scored.append((k in blocked, 0 if out == 1 else 1 if out == 0 else 2, pairs, -loads,
-                       k))
+        short = cpu and lanes > 1 and flat.ranges[k] < lanes
+        scored.append((k in blocked, short, 0 if out == 1 else 1 if out == 0 else 2, pairs,
+                       -loads, k))
     return scored
 
 
@@ -367,7 +371,8 @@ def _register_tile(flat: FlatContraction, tile: tuple[int, ...], width: int, bud
     vec_index, lanes = None, 1
     if width > 1:
         # Masked lanes in products (`interior.lane_edge`) read global memory: not staged.
-        for k in vector_candidates(flat, staged=forms and gathered, cpu=cpu, masked=not local):
+        for k in vector_candidates(flat, staged=forms and gathered, cpu=cpu, masked=not local,
+                                   lanes=width):
             w = _pow2_divisor(tile[k], width)
             if not shift_fits(flat, k, tile[k], cpu):
                 w = min(w, _pow2_divisor(flat.ranges[k], width))
