@@ -46,17 +46,34 @@ def _texts(src: str, shapes: dict, hw: HwModel, tiles: dict | None = None) -> st
 
 
 def test_points_along_the_row_become_columns():
-    """8 lanes along co, 7 points along y: columns of 4 and 2, the seventh point alone."""
+    """8 lanes along co, 7 points along y: columns of 4 and 2, the seventh point alone.  The
+    lanes go to a private array once, and one loop takes the columns in turn."""
     text = _texts(CONV, _shapes(6, 7), avx2_cpu(), {"*": {"co": 8, "y": 7, "x": 1}})
     assert "vector: 8 lanes along co" in text, text
     finish = text.split("Finish each output")[1]
-    assert "const float4 v = ((float4)(a_0.s0, a_1.s0, a_2.s0, a_3.s0));" in finish, finish
-    assert "const float2 v = ((float2)(a_4.s7, a_5.s7));" in finish, finish
+    assert "vstore8(a_3, 3, lanes_t);" in finish and "for (int l = 0; l < 8; l += 1)" in finish
+    assert "const int ol = o + l * 42;" in finish, finish
+    assert ("const float4 v = ((float4)(lanes_t[0 + l], lanes_t[8 + l], lanes_t[16 + l], "
+            "lanes_t[24 + l]));") in finish, finish
+    assert "const float2 v = ((float2)(lanes_t[0 + l], lanes_t[8 + l]));" in finish, finish
     # Bias broadcast along the column, residual and result as vectors along y.
-    assert "(float4)(b_B[7 + p_co_0])" in finish, finish
+    assert "(float4)(b_B[p_co_0 + l])" in finish, finish
     assert "b_S + (ol)" in finish and "b_R + (ol))) = v_R;" in finish, finish
     # The point left over keeps the lanes' form.
     assert "const float8 v = a_6;" in finish and "v_R.s7;" in finish, finish
+
+
+def test_narrow_lanes_keep_columns_written_out(monkeypatch):
+    """Below `LOOP_LANES` each column is written out with its lane's constant offsets."""
+    from tilec.codegen import columns
+
+    monkeypatch.setattr(columns, "LOOP_LANES", 16)
+    text = _texts(CONV, _shapes(6, 7), avx2_cpu(), {"*": {"co": 8, "y": 7, "x": 1}})
+    finish = text.split("Finish each output")[1]
+    assert "lanes_t" not in finish, finish
+    assert "const float4 v = ((float4)(a_0.s0, a_1.s0, a_2.s0, a_3.s0));" in finish, finish
+    assert "const float2 v = ((float2)(a_4.s7, a_5.s7));" in finish, finish
+    assert "(float4)(b_B[7 + p_co_0])" in finish, finish
 
 
 def test_gpu_models_and_unit_stride_lanes_are_unchanged():
@@ -110,10 +127,18 @@ CASES = {
 
 
 @needs_device
+@pytest.mark.parametrize("looped", [True, False])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_columns_match_the_reference(name):
+def test_columns_match_the_reference(name, looped, monkeypatch):
+    """Both forms of the columns (a loop over the lanes, and written out) against numpy."""
+    from tilec.codegen import columns
+
+    if not looped:
+        monkeypatch.setattr(columns, "LOOP_LANES", 64)
     src, shapes, tiles = CASES[name]
     extra = {"tiles": tiles} if tiles else {}
     exe = run_case(src, shapes, use_disk_cache=False, use_tuning_records=False, **extra)
     if tiles and exe.hw.kind == "cpu" and exe.hw.vec_size >= 8:  # the form under test ran
-        assert any("const int ol" in s.text for s in exe.sources), exe.sources[-1].text
+        texts = [s.text for s in exe.sources]
+        assert any("const int ol" in t for t in texts), texts[-1]
+        assert any("lanes_t" in t for t in texts) == looped, texts[-1]

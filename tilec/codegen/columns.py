@@ -24,6 +24,8 @@ from .kernel_text import LANES, buf
 # Column widths: OpenCL vector sizes (3 is left out: clang reads and writes a 3-vector
 # through a pointer as 4 elements).
 WIDTHS = (16, 8, 4, 2)
+# Accumulators of this many lanes or more have their columns taken in a loop (`_looped`).
+LOOP_LANES = 4
 
 
 def column_index(c) -> int | None:
@@ -63,7 +65,65 @@ def groups(c, u: int) -> list[list[int]]:
 
 def finish(c, js: list[int], u: int) -> list[str]:
     """The columns of accumulators `js` (consecutive along u): post-ops and stores (the
-    epilogue has declared `o`, the output offset of the first point's first lane)."""
+    epilogue has declared `o`, the output offset of the first point's first lane).  From
+    LOOP_LANES lanes on, the accumulators go to a private array once and a loop takes its
+    columns in turn (`_looped`); below, each column is written out."""
+    if c.W >= LOOP_LANES:
+        return _looped(c, js, u)
+    return _written_out(c, js, u)
+
+
+def _looped(c, js: list[int], u: int) -> list[str]:
+    """One loop over the lanes: a tile of 4 points x 4 vectors of 16 lanes is 64 columns,
+    each its operand reads, post-ops and a store, and written out they were most of a 3x3
+    convolution's text and of the time PoCL takes to build it."""
+    k_, W, R = c.kernel, c.W, len(js)
+    vtype = f"{c.ctype}{R}"
+    sv = c.flat.output.strides[c.v]
+    lines = [f"{c.ctype} lanes_t[{R * W}];"]
+    lines += [f"vstore{W}(a_{j}, {i}, lanes_t);" for i, j in enumerate(js)]
+    lines.append(f"for (int l = 0; l < {W}; l += 1) {{")
+    cols = ", ".join(f"lanes_t[{i * W} + l]" for i in range(R))
+    block = [f"const int ol = o + l * {sv};", f"const {vtype} v = (({vtype})({cols}));"]
+    names = {k_.op.output: "v"}
+
+    def at(name: str) -> tuple[str, str]:
+        # Lane l of the first point: lane 0's offset and l steps along the lanes' index.
+        into, off = c.at_output(name, js[0], 0, elem="ol")
+        step = c.operand(name)[0][c.v]
+        if off == "ol" or not step:
+            return into, off
+        return into, f"{off} + l" if step == 1 else f"{off} + l * {step}"
+
+    def ref(name: str, names: dict = names) -> str:
+        if name in names:
+            return names[name]
+        into, off = at(name)
+        return vector_finish.operand(c, into, off, c.program.tensors[name].dtype,
+                                     c.operand(name)[0][u], R)
+
+    vector_finish.post_ops(c, block, ref, R, names)
+    for w in k_.writes:
+        dtype = c.program.tensors[w].dtype
+        if w == k_.op.output:
+            (into, off), step = (c.flat.output.name, "ol"), 1
+        else:
+            (into, off), step = at(w), c.operand(w)[0][u]
+        block += _stores(c, into, off, names[w], dtype, R, step)
+    return lines + ["    " + ln for ln in block] + ["}"]
+
+
+def _stores(c, into: str, at: str, value: str, dtype: str, R: int, step: int) -> list[str]:
+    """A column's store: one vector where its elements are consecutive, else one by one
+    (or one element: the last point's value is kept)."""
+    if step == 1:
+        return [clexpr.store(buf(into), at, value, dtype, R, unaligned=c.unaligned(dtype, R))]
+    return [clexpr.store(buf(into), f"{at} + {i * step}", f"{value}.s{LANES[i]}", dtype)
+            for i in (range(R) if step else [R - 1])]
+
+
+def _written_out(c, js: list[int], u: int) -> list[str]:
+    """Each column written out with its lane's constant offsets."""
     k_, W, R = c.kernel, c.W, len(js)
     vtype = f"{c.ctype}{R}"
     sv = c.flat.output.strides[c.v]
@@ -90,12 +150,6 @@ def finish(c, js: list[int], u: int) -> list[str]:
             else:
                 (into, at), step = c.at_output(w, js[0], lane, elem="ol"), \
                     c.operand(w)[0][u]
-            if step == 1:
-                block.append(clexpr.store(buf(into), at, names[w], dtype, R,
-                                          unaligned=c.unaligned(dtype, R)))
-            else:  # apart along u too (or one element: the last point's value is kept)
-                block += [clexpr.store(buf(into), f"{at} + {i * step}",
-                                       f"{names[w]}.s{LANES[i]}", dtype)
-                          for i in (range(R) if step else [R - 1])]
+            block += _stores(c, into, at, names[w], dtype, R, step)
         lines += block + ["}"]
     return lines
