@@ -80,10 +80,13 @@ def _looped(c, js: list[int], u: int) -> list[str]:
     k_, W, R = c.kernel, c.W, len(js)
     vtype = f"{c.ctype}{R}"
     sv = c.flat.output.strides[c.v]
-    lines = [f"{c.ctype} lanes_t[{R * W}];"]
-    lines += [f"vstore{W}(a_{j}, {i}, lanes_t);" for i, j in enumerate(js)]
+    # A private array of the accumulators, read element by element through a scalar
+    # pointer (no vloadN/vstoreN: a library call on some PoCL builds, `plan.calibration`).
+    lines = [f"{c.ctype}{W} lanes_t[{R}];"]
+    lines += [f"lanes_t[{i}] = a_{j};" for i, j in enumerate(js)]
+    lines.append(f"const {c.ctype}* lanes_p = (const {c.ctype}*)lanes_t;")
     lines.append(f"for (int l = 0; l < {W}; l += 1) {{")
-    cols = ", ".join(f"lanes_t[{i * W} + l]" for i in range(R))
+    cols = ", ".join(f"lanes_p[{i * W} + l]" for i in range(R))
     block = [f"const int ol = o + l * {sv};", f"const {vtype} v = (({vtype})({cols}));"]
     names = {k_.op.output: "v"}
 
