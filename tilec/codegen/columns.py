@@ -10,7 +10,8 @@ columns: column l is lane l of each, an R-vector of consecutive output elements.
 post-ops run on columns (an operand that does not move along x is one broadcast value, one
 that moves at unit stride a vector read), and each column is one vector store.  A 3x3
 convolution of 64 channels at 4 points x 4 vectors stored 256 scalars; in columns it stores
-64 4-vectors, and PoCL also generates its code in a fraction of the time.
+64 4-vectors, and PoCL also generates its code in a fraction of the time.  From `LOOP_LANES`
+lanes on the columns are one loop over the lanes rather than written out (`_looped`).
 
 Columns apply on CPUs (`_Contraction.cpu`) where the plain epilogue would run the post-ops on
 whole vectors (`vector_finish`) and store the lanes one by one; points whose positions along x
@@ -74,9 +75,10 @@ def finish(c, js: list[int], u: int) -> list[str]:
 
 
 def _looped(c, js: list[int], u: int) -> list[str]:
-    """One loop over the lanes: a tile of 4 points x 4 vectors of 16 lanes is 64 columns,
-    each its operand reads, post-ops and a store, and written out they were most of a 3x3
-    convolution's text and of the time PoCL takes to build it."""
+    """One loop over the lanes.  A tile of 4 points x 4 vectors of 16 lanes is 64 columns,
+    each with its operand reads, post-ops and store; written out, they were most of a 3x3
+    convolution's text and of the time PoCL takes to build it (resnet50's program: 1.13M ->
+    0.61M characters, 13.2 -> 10.4 s of PoCL on one core)."""
     k_, W, R = c.kernel, c.W, len(js)
     vtype = f"{c.ctype}{R}"
     sv = c.flat.output.strides[c.v]
