@@ -79,7 +79,7 @@ def _looped(c, js: list[int], u: int) -> list[str]:
     each with its operand reads, post-ops and store; written out, they were most of a 3x3
     convolution's text and of the time PoCL takes to build it (resnet50's program: 1.13M ->
     0.61M characters, 13.2 -> 10.4 s of PoCL on one core)."""
-    k_, W, R = c.kernel, c.W, len(js)
+    W, R = c.W, len(js)
     vtype = f"{c.ctype}{R}"
     sv = c.flat.output.strides[c.v]
     # A private array of the accumulators, read element by element through a scalar
@@ -90,7 +90,6 @@ def _looped(c, js: list[int], u: int) -> list[str]:
     lines.append(f"for (int l = 0; l < {W}; l += 1) {{")
     cols = ", ".join(f"lanes_p[{i * W} + l]" for i in range(R))
     block = [f"const int ol = o + l * {sv};", f"const {vtype} v = (({vtype})({cols}));"]
-    names = {k_.op.output: "v"}
 
     def at(name: str) -> tuple[str, str]:
         # Lane l of the first point: lane 0's offset and l steps along the lanes' index.
@@ -100,7 +99,17 @@ def _looped(c, js: list[int], u: int) -> list[str]:
             return into, off
         return into, f"{off} + l" if step == 1 else f"{off} + l * {step}"
 
-    def ref(name: str, names: dict = names) -> str:
+    _column_body(c, block, u, R, at)
+    return lines + ["    " + ln for ln in block] + ["}"]
+
+
+def _column_body(c, block: list[str], u: int, R: int, at) -> None:
+    """A column's post-ops and stores, appended to `block` (which has declared `ol` and the
+    column `v`); `at(name)`: the buffer and offset of tensor `name` at the column's lane."""
+    k_ = c.kernel
+    names = {k_.op.output: "v"}
+
+    def ref(name: str) -> str:
         if name in names:
             return names[name]
         into, off = at(name)
@@ -115,7 +124,6 @@ def _looped(c, js: list[int], u: int) -> list[str]:
         else:
             (into, off), step = at(w), c.operand(w)[0][u]
         block += _stores(c, into, off, names[w], dtype, R, step)
-    return lines + ["    " + ln for ln in block] + ["}"]
 
 
 def _stores(c, into: str, at: str, value: str, dtype: str, R: int, step: int) -> list[str]:
@@ -129,7 +137,7 @@ def _stores(c, into: str, at: str, value: str, dtype: str, R: int, step: int) ->
 
 def _written_out(c, js: list[int], u: int) -> list[str]:
     """Each column written out with its lane's constant offsets."""
-    k_, W, R = c.kernel, c.W, len(js)
+    W, R = c.W, len(js)
     vtype = f"{c.ctype}{R}"
     sv = c.flat.output.strides[c.v]
     lines: list[str] = []
@@ -138,23 +146,7 @@ def _written_out(c, js: list[int], u: int) -> list[str]:
         block = ["{", f"const int ol = {elem};"]
         cols = ", ".join(f"a_{j}.s{LANES[lane]}" for j in js)
         block.append(f"const {vtype} v = (({vtype})({cols}));")
-        names = {k_.op.output: "v"}
-
-        def ref(name: str, lane: int = lane, names: dict = names) -> str:
-            if name in names:
-                return names[name]
-            into, at = c.at_output(name, js[0], lane, elem="ol")
-            return vector_finish.operand(c, into, at, c.program.tensors[name].dtype,
-                                         c.operand(name)[0][u], R)
-
-        vector_finish.post_ops(c, block, ref, R, names)
-        for w in k_.writes:
-            dtype = c.program.tensors[w].dtype
-            if w == k_.op.output:
-                (into, at), step = (c.flat.output.name, "ol"), 1
-            else:
-                (into, at), step = c.at_output(w, js[0], lane, elem="ol"), \
-                    c.operand(w)[0][u]
-            block += _stores(c, into, at, names[w], dtype, R, step)
+        _column_body(c, block, u, R,
+                     lambda name, lane=lane: c.at_output(name, js[0], lane, elem="ol"))
         lines += block + ["}"]
     return lines
