@@ -1,0 +1,93 @@
+"""CPU work-group order (`plan.schedule.reuse_order`): which output index varies fastest from
+one work-group to the next, and the reordered kernels against numpy on the CPU device."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tilec.lang.api import check_program
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+from tilec.plan.schedule import make_schedule, reuse_order
+
+CPU = HwModel.load("pocl-cpu")
+
+POOL = """function (X[N, C, H, W]) -> (P) {
+  P[n, c, y, x : N, C, 56, 56] = >(X[n, c, 2*y + i - 1, 2*x + j - 1]), i < 3, j < 3;
+}"""
+STEM = """function (I[N, CI, H, W], F[CO, CI2, KH, KW]) -> (O) {
+  O[n, co, y, x : N, CO, 112, 112] = +(I[n, ci, 2*y + i - 3, 2*x + j - 3] * F[co, ci, i, j]);
+}"""
+POINTWISE = """function (I[N, CI, H, W], K[CI2, CO]) -> (O) {
+  O[n, co, y, x : N, CO, H, W] = +(I[n, ci, y, x] * K[ci, co]);
+}"""
+
+
+def _flat(src: str, shapes: dict):
+    return plan_kernels(check_program(src, shapes)).kernels[0].flat
+
+
+def _fastest(flat, tile) -> str:
+    order = reuse_order(flat, tile, CPU.l1_bytes) or flat.out_indices
+    return flat.names[[k for k in order if flat.ranges[k] > tile[k]][0]]
+
+
+def test_a_pool_walks_its_rows_in_memory_order():
+    # One input, read along every output index: nothing to keep, so the groups follow the
+    # output's memory order (x, then y, then c) where the flat (name) order puts c first.
+    flat = _flat(POOL, {"X": (1, 64, 112, 112)})
+    tile = tuple({"c": 1, "i": 3, "j": 3, "y": 4, "x": 16}[n] for n in flat.names)
+    assert flat.names[flat.out_indices[0]] == "c"
+    order = reuse_order(flat, tile, CPU.l1_bytes)
+    assert order is not None
+    assert [flat.names[k] for k in order if flat.ranges[k] > 1] == ["x", "y", "c"]
+
+
+def test_a_filter_in_l1_is_kept_by_groups_along_the_row():
+    # The stem's filter (3 x 7 x 7 x 64: 38 KB) fits L1 and does not read x or y: those vary
+    # first, x (stride 1) before y.
+    flat = _flat(STEM, {"I": (1, 3, 224, 224), "F": (64, 3, 7, 7)})
+    tile = tuple({"ci": 3, "co": 64, "i": 7, "j": 7, "y": 1, "x": 4}[n] for n in flat.names)
+    assert _fastest(flat, tile) == "x"
+
+
+def test_an_input_panel_in_l1_keeps_the_channel_blocks_together():
+    # 64 input channels x 32 pixels (8 KB) fit L1 and do not depend on co; the co-blocks of
+    # one pixel tile run back to back (here the flat order already).
+    flat = _flat(POINTWISE, {"I": (1, 64, 32, 32), "K": (64, 128)})
+    tile = tuple({"ci": 64, "co": 16, "y_x": 32}[n] for n in flat.names)
+    assert _fastest(flat, tile) == "co"
+    # A panel larger than L1 earns nothing: with 4096 input channels (512 KB a panel) the
+    # filter block (4096 x 16: 256 KB) neither, and memory order decides.
+    flat2 = _flat(POINTWISE, {"I": (1, 4096, 32, 32), "K": (4096, 128)})
+    tile2 = tuple({"ci": 4096, "co": 16, "y_x": 32}[n] for n in flat2.names)
+    assert _fastest(flat2, tile2) == "y_x"  # y and x, merged
+
+
+def test_cpu_schedules_carry_the_order_and_gpu_schedules_do_not():
+    flat = _flat(POOL, {"X": (1, 64, 112, 112)})
+    tile = tuple({"c": 1, "i": 3, "j": 3, "y": 4, "x": 16}[n] for n in flat.names)
+    assert make_schedule(flat, tile, CPU).group_order == reuse_order(flat, tile, CPU.l1_bytes)
+    assert make_schedule(flat, tile, HwModel.load("nvidia-h100")).group_order is None
+
+
+@pytest.mark.parametrize("side", [112, 110])
+def test_reordered_pools_and_convolutions_run_against_numpy(side):
+    """On the CPU device, a stride-2 max pool and a 7x7 stride-2 convolution with the rows
+    in memory order match numpy, outputs poisoned first; at 110 the pool's last tile along
+    x is shifted back (55 is no multiple of its tile)."""
+    from ..codegen.test_kernels import run_case
+
+    out = side // 2
+    pool = POOL.replace("56, 56", f"{out}, {out}")
+    exe = run_case(pool, {"X": (1, 8, side, side)}, seed=side,
+                   device="Portable Computing Language")
+    assert exe.hw.kind == "cpu"
+    (text,) = [s.text for s in exe.sources if s.name.startswith("contract_P")]
+    first = re.search(r"const int [og]_(\w+) = [^;]*grp %", text).group(1)
+    assert first == "x", first  # the rows in memory order, as planned
+    stem = STEM.replace("112, 112", f"{out}, {out}")
+    run_case(stem, {"I": (1, 3, side, side), "F": (16, 3, 7, 7)}, seed=side + 1,
+             device="Portable Computing Language")
