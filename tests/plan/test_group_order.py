@@ -1,4 +1,4 @@
-"""CPU work-group order (`plan.schedule.reuse_order`): which output index varies fastest from
+"""CPU work-group order (`plan.group_order.reuse_order`): which output index varies fastest from
 one work-group to the next, and the reordered kernels against numpy on the CPU device."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 
 from tilec.lang.api import check_program
 from tilec.plan.fuse import plan_kernels
+from tilec.plan.group_order import reuse_order
 from tilec.plan.hw import HwModel
-from tilec.plan.schedule import make_schedule, reuse_order
+from tilec.plan.schedule import make_schedule
 
 CPU = HwModel.load("pocl-cpu")
 

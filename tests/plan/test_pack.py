@@ -12,8 +12,9 @@ from tilec.lang import ir
 from tilec.lang.api import check_program
 from tilec.lang.reference import evaluate_program, random_array
 from tilec.plan.fuse import plan_kernels
+from tilec.plan.group_order import cpu_group_order
 from tilec.plan.hw import HwModel
-from tilec.plan.schedule import cpu_group_order, make_schedule
+from tilec.plan.schedule import make_schedule
 from tilec.plan.search import search
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
