@@ -47,23 +47,31 @@ def test_a_pool_walks_its_rows_in_memory_order():
 
 
 def test_a_filter_in_l1_is_kept_by_groups_along_the_row():
-    # The stem's filter (3 x 7 x 7 x 64: 38 KB) fits L1 and does not read x or y: those vary
-    # first, x (stride 1) before y.
+    # Two co-blocks of the stem's filter (3 x 7 x 7 x 32: 19 KB a block) fit L1 and do not
+    # read x or y: those vary first, x (stride 1) before y, co last, where the name order
+    # would put co first.
     flat = _flat(STEM, {"I": (1, 3, 224, 224), "F": (64, 3, 7, 7)})
-    tile = tuple({"ci": 3, "co": 64, "i": 7, "j": 7, "y": 1, "x": 4}[n] for n in flat.names)
-    assert _fastest(flat, tile) == "x"
+    tile = tuple({"ci": 3, "co": 32, "i": 7, "j": 7, "y": 1, "x": 4}[n] for n in flat.names)
+    assert [flat.names[k] for k in flat.out_indices if flat.ranges[k] > tile[k]][0] == "co"
+    order = reuse_order(flat, tile, CPU.l1_bytes)
+    assert order is not None
+    assert [flat.names[k] for k in order if flat.ranges[k] > 1] == ["x", "y", "co"]
 
 
 def test_an_input_panel_in_l1_keeps_the_channel_blocks_together():
-    # 64 input channels x 32 pixels (8 KB) fit L1 and do not depend on co; the co-blocks of
-    # one pixel tile run back to back (here the flat order already).
-    flat = _flat(POINTWISE, {"I": (1, 64, 32, 32), "K": (64, 128)})
-    tile = tuple({"ci": 64, "co": 16, "y_x": 32}[n] for n in flat.names)
-    assert _fastest(flat, tile) == "co"
+    # 64 input channels x 32 pixels (8 KB) fit L1 and do not depend on the output channel:
+    # the channel blocks of one pixel tile run back to back, although the name order (the
+    # channel index renamed zc) would put the pixels first.
+    src = POINTWISE.replace("co", "zc")
+    flat = _flat(src, {"I": (1, 64, 32, 32), "K": (64, 128)})
+    tile = tuple({"ci": 64, "zc": 16, "y_x": 32}[n] for n in flat.names)
+    assert flat.names[flat.out_indices[0]] == "y_x"
+    assert _fastest(flat, tile) == "zc"
     # A panel larger than L1 earns nothing: with 4096 input channels (512 KB a panel) the
     # filter block (4096 x 16: 256 KB) neither, and memory order decides.
     flat2 = _flat(POINTWISE, {"I": (1, 4096, 32, 32), "K": (4096, 128)})
     tile2 = tuple({"ci": 4096, "co": 16, "y_x": 32}[n] for n in flat2.names)
+    assert flat2.names[flat2.out_indices[0]] == "co"
     assert _fastest(flat2, tile2) == "y_x"  # y and x, merged
 
 

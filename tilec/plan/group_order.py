@@ -9,6 +9,10 @@ from __future__ import annotations
 from .flat import FlatContraction
 from .sweep import panel_elems
 
+# Bytes an element: the schedule does not know the element type; float32 is what CPU
+# kernels run, and a panel's size only has to be right to within the cache's.
+ES = 4
+
 
 def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
                     l1_bytes: int) -> tuple[int, ...] | None:
@@ -26,7 +30,7 @@ def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
         return None
 
     big = max(flat.inputs, key=lambda t: panel_elems(flat, t, tile))
-    if not _contiguous(big, flat, tile) or 4 * panel_elems(flat, big, tile) <= l1_bytes:
+    if not _contiguous(big, flat, tile) or ES * panel_elems(flat, big, tile) <= l1_bytes:
         # A strided panel does not stay whole in a set-associative cache anyway; one that
         # fits L1 stays there in any order.
         return None
@@ -36,7 +40,7 @@ def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
 
 
 def reuse_order(flat: FlatContraction, tile: tuple[int, ...],
-                l1_bytes: int, es: int = 4) -> tuple[int, ...] | None:
+                l1_bytes: int) -> tuple[int, ...] | None:
     """The group order of a CPU kernel that `cpu_group_order` leaves alone: the output index
     most of the inputs' L1-sized panels do not read varies fastest (consecutive work-groups
     on a core find them in L1), ties to the lowest output stride (they walk memory in order,
@@ -54,7 +58,7 @@ def reuse_order(flat: FlatContraction, tile: tuple[int, ...],
     outs = list(flat.out_indices)
     if not flat.inputs or not outs:
         return None
-    panels = [panel_elems(flat, t, tile) * es for t in flat.inputs]
+    panels = [panel_elems(flat, t, tile) * ES for t in flat.inputs]
 
     def reuse(k: int) -> int:
         return sum(b for t, b in zip(flat.inputs, panels, strict=True)
