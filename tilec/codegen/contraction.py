@@ -35,6 +35,7 @@ from .kernel_text import (
     template_env,
 )
 from .pipeline import Pipeline, copy_plan, half, run_point
+from .prefetch import next_block
 from .split import Split, agg_pair
 from .stream import streamed
 
@@ -58,8 +59,9 @@ UNROLL_LANE_EDGE_POINTS = 64
 class _Contraction:
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
                  cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False,
-                 cpu: bool = False):
+                 cpu: bool = False, line_bytes: int = 64, l2_bytes: int = 0):
         self.kernel = kernel
+        self.line_bytes, self.l2_bytes = line_bytes, l2_bytes  # `prefetch`
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.plain_vectors = plain_vectors  # `plain_vector_access`
         # `Interior` and steered reads (CPU models), for contractions whose every output
@@ -377,6 +379,8 @@ class _Contraction:
         last = " && ".join(f"{lp['var']} == {(-(-lp['end'] // lp['step']) - 1) * lp['step']}"
                            for lp in outer)
         head = list(self.sweep_positions)
+        head += next_block(self.flat, self.sched.tile, self.sweep, outer,
+                           self.sched.wg_threads, self.pos, self.line_bytes, self.l2_bytes)
         head += [f"{self.acc_type()} a_{j} = ({first}) ? {init} : part[s_{n} * {p} + {j}];"
                  for j in range(p)]
         tail = [f"if (!({last})) {{"]
@@ -923,8 +927,11 @@ def _guarded(inner: list[str], conds: list[str]) -> list[str]:
 def contraction_source(kernel: ContractionKernel, sched: Schedule, program: ir.Program,
                        cost_lines: list[str] | None = None, hw=None) -> KernelSource:
     """The kernel's text; `hw`, the hardware model, picks the mul-add form, the vector access
-    form (`plain_vector_access`) and, on CPUs, the unmasked interior (`Interior`)."""
+    form (`plain_vector_access`), on CPUs the unmasked interior (`Interior`), and the cache
+    line a sweep's prefetches step by and the L2 they pass over (`prefetch`)."""
     return _Contraction(kernel, sched, program, cost_lines or [],
                         hw.muladd if hw is not None else "fma",
                         hw is not None and plain_vector_access(hw),
-                        hw is not None and hw.kind == "cpu").render()
+                        hw is not None and hw.kind == "cpu",
+                        (hw.mem_width if hw is not None and hw.mem_width else 64),
+                        hw.l2_bytes if hw is not None else 0).render()

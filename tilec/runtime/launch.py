@@ -81,7 +81,10 @@ class Launcher:
         self._kernels = cl_kernels
         self.memory = memory
         self.validate = validate
-        self.last_timings: dict[str, float] = {}
+        # The last call's events, read into `last_timings` when asked for: reading an event's
+        # profile costs a few microseconds, 0.1-0.2 ms a call of a model's 30-70 kernels.
+        self._last_events: list[list[tuple[str, object]]] = []
+        self._last_times: dict[str, float] | None = {}
         self.last_validation: Validation | None = None
         self._buffers: dict[object, object] = {}
         self._bound: dict[str, np.ndarray] = {}
@@ -157,7 +160,7 @@ class Launcher:
         # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
         for name in sorted(kept):
             self._poison(name)
-        self.bind_timings = self._launch(self._bind_on_host(hoisted), 1)
+        self.bind_timings = medians(self._launch(self._bind_on_host(hoisted), 1))
 
     def _bind_on_host(self, hoisted: set[str]) -> list[KernelInfo]:
         """Settle on the host the bound kernels a subclass can compute there (`_on_host`),
@@ -215,8 +218,9 @@ class Launcher:
             for name in self.specs:
                 if name not in self.inputs and name not in kept:
                     self._poison(name)
-        self.last_timings = self._launch([k for k in self.kernels if k.name not in skip],
+        self._last_events = self._launch([k for k in self.kernels if k.name not in skip],
                                          repeat)
+        self._last_times = None
         outs = {}
         for name in self.outputs:
             if name not in self.specs:  # an output that is an input passed straight through
@@ -233,11 +237,20 @@ class Launcher:
                                       f"{self.last_validation.worst}")
         return outs
 
-    def _launch(self, kernels: list[KernelInfo], repeat: int) -> dict[str, float]:
-        """Launch `kernels` in order `repeat` times; the median seconds of each."""
+    @property
+    def last_timings(self) -> dict[str, float]:
+        """Seconds each kernel of the last call took (the median over its repeats)."""
+        if self._last_times is None:
+            self._last_times = medians(self._last_events)
+        return self._last_times
+
+    def _launch(self, kernels: list[KernelInfo],
+                repeat: int) -> list[list[tuple[str, object]]]:
+        """Launch `kernels` in order `repeat` times, waiting for each round; each round's
+        (kernel, event) pairs (`medians` reads them)."""
         self._prepare(kernels)
         rt = self.runtime
-        times: dict[str, list[float]] = {k.name: [] for k in kernels}
+        rounds = []
         for _ in range(max(1, repeat)):
             events = []
             for k in kernels:
@@ -250,9 +263,8 @@ class Launcher:
                 events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
                                                  k.local_size, None if same else args)))
             rt.finish()
-            for name, ev in events:
-                times[name].append(event_seconds(ev))
-        return {n: statistics.median(v) for n, v in times.items()}
+            rounds.append(events)
+        return rounds
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *,
                 partial: bool = False) -> dict[str, np.ndarray]:
@@ -281,6 +293,15 @@ class Launcher:
     def gflops(self) -> dict[str, float]:
         return {k.name: k.flops / self.last_timings[k.name] * 1e-9
                 for k in self.kernels if self.last_timings.get(k.name)}
+
+
+def medians(rounds: list[list[tuple[str, object]]]) -> dict[str, float]:
+    """Each kernel's median seconds over the rounds `Launcher._launch` returned."""
+    times: dict[str, list[float]] = {}
+    for events in rounds:
+        for name, ev in events:
+            times.setdefault(name, []).append(event_seconds(ev))
+    return {n: statistics.median(v) for n, v in times.items()}
 
 
 def hoistable(kernels: list[KernelInfo], bound: set[str]) -> tuple[set[str], set[str]]:
