@@ -115,3 +115,30 @@ def test_build_errors_come_before_a_long_log_of_warnings():
     assert "3:9: error: use of undeclared identifier 'q'" in text
     assert "generated line 3:\n    a = q;" in text
     assert "200 other lines of the log left out" in text
+
+
+def test_kernel_times_read_from_the_last_calls_events_when_asked(monkeypatch):
+    """A call keeps its events; `last_timings` reads them once, for that call's kernels."""
+    import numpy as np
+
+    from tilec.runtime import launch
+
+    src = ("function (A[M, K], B[K, N]) -> (R) {"
+           " C[m, n : M, N] = +(A[m, k] * B[k, n]); R = relu(C); }")
+    exe = tilec.compile(src, {"A": (32, 48), "B": (48, 16)})
+    rng = np.random.default_rng(3)
+    arrays = {"A": rng.standard_normal((32, 48)).astype(np.float32),
+              "B": rng.standard_normal((48, 16)).astype(np.float32)}
+    reads = []
+    real = launch.event_seconds
+    monkeypatch.setattr(launch, "event_seconds", lambda ev: reads.append(ev) or real(ev))
+    outs = exe.run(arrays, poison=True)
+    assert exe.check(exe._inputs(arrays), outs).ok
+    assert reads == []  # nothing read during the call
+    times = exe.last_timings
+    assert set(times) == {k.name for k in exe.kernels} and all(t > 0 for t in times.values())
+    assert len(reads) == len(exe.kernels)
+    assert exe.last_timings is times and len(reads) == len(exe.kernels)  # read once
+    exe.run(arrays, repeat=3)
+    assert len(exe.last_timings) == len(exe.kernels)
+    assert len(reads) == 4 * len(exe.kernels)  # three rounds, their medians

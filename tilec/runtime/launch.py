@@ -82,7 +82,7 @@ class Launcher:
         self.memory = memory
         self.validate = validate
         # The last call's events, read into `last_timings` when asked for: reading an event's
-        # profile costs a few microseconds, 0.1-0.2 ms a call of a model's 30-70 kernels.
+        # profile costs microseconds: 0.08 ms a call of squeezenet1_1's 31 kernels (2-core Xeon).
         self._last_events: list[list[tuple[str, object]]] = []
         self._last_times: dict[str, float] | None = {}
         self.last_validation: Validation | None = None
