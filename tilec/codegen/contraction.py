@@ -396,7 +396,8 @@ class _Contraction:
         for k in self.red_idx:
             n = f.names[k]
             if self.counts[k] > 1:
-                outer.append({"var": f"r_{n}", "end": f.ranges[k], "step": s.tile[k]})
+                outer.append({"var": f"r_{n}", "index": k, "end": f.ranges[k],
+                              "step": s.tile[k]})
         # Constrained indices outermost and the vector index innermost, so that masks are
         # loop-invariant in the innermost loop and its body is only loads and FMAs.
         blocked = windowed(f)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from ..lang import ir
 from ..plan.flat import FlatContraction
+from ..plan.pack import DEFAULT_L2_BYTES
 from ..plan.sweep import Sweep, panel_elems
 from . import clexpr
 from .kernel_text import _lin, buf
@@ -30,9 +31,6 @@ from .kernel_text import _lin, buf
 # span at most this many times the elements it reads (a packed filter panel: 1; a filter with
 # the output channels apart would fetch lines of channels other work-items read).
 MAX_SPAN = 2
-
-# A core's L2 where the model does not say (x86 since Zen 2 and Skylake-SP have this at least).
-DEFAULT_L2_BYTES = 512 * 1024
 
 MACRO = ["#ifndef TILEC_PREFETCH",
          "#if defined(__clang__)",
@@ -60,7 +58,7 @@ def next_block(flat: FlatContraction, tile: Sequence[int], sweep: Sweep | None,
         return []
     if t.size * ir.DTYPE_BYTES[t.dtype] <= (l2_bytes or DEFAULT_L2_BYTES):
         return []  # layer1's 3x3 filters (147 KB): 6-9% slower with the prefetches
-    r = next(k for k in flat.reduce_indices if flat.names[k] == outer[0]["var"][2:])
+    r = outer[0]["index"]
     step, end = outer[0]["step"], outer[0]["end"]
     span, elems, terms = 1, 1, []
     for k, st in enumerate(t.strides):
