@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilec.config import Config
 from tilec.graph import ops
 from tilec.graph.builder import Graph
 
@@ -62,15 +63,20 @@ def dense_block(n: int, c0: int, growth: int, layers: int, hw: int, seed: int = 
     return g, {"x": x}, want
 
 
-@pytest.mark.parametrize("passes", [False, True])
+@pytest.mark.parametrize("passes", [False, True, "channels_last"])
 @pytest.mark.parametrize("n", [1, 2])
 def test_dense_block(n, passes):
     g, inputs, want = dense_block(n, 6, 4, 4, 6, seed=n)
-    exe, outs = run(g, inputs, passes=passes)
+    nhwc = passes == "channels_last"
+    exe, outs = run(g, inputs, passes=bool(passes), config=Config(channels_last=nhwc))
     close(outs["y"], want, rtol=1e-4, atol=1e-4)
     plan = exe.executable.plan
-    # Every feature lives in the block's result; the growing concatenations are views.
-    assert len(plan.storage) == 5 + 3 and {s.root for s in plan.storage.values()} == {"y"}
+    # Every feature lives in the block's result; the growing concatenations are views.  Held
+    # channels-last (`graph.channels_last`), the block's result is the NHWC concatenation,
+    # which the output `y` transposes back.
+    roots = {s.root for s in plan.storage.values()}
+    assert len(plan.storage) == 5 + 3 and len(roots) == 1
+    assert nhwc or roots == {"y"}
     assert not any(s.kind == "init" for s in exe.executable.sources)
 
 

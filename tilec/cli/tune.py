@@ -92,10 +92,12 @@ def _jobs_of(path: str, args: argparse.Namespace, config) -> list:
 
     common = {"top_k": args.top_k, "seed": args.seed}
     if _is_graph(path):
+        from ..graph.builder import wants_channels_last
         from .graph import load_graph
 
         shapes = dict(parse_shape(s) for s in (args.shape or []))
-        program = load_graph(path, shapes, {}).optimized().lower()
+        program = load_graph(path, shapes, {}).optimized(
+            channels_last=wants_channels_last(config)).lower()
         if not program.has_kernels:
             return []
         return [ProgramJob.make(path, program.source, program.shapes, program.dtypes, config,

@@ -28,12 +28,35 @@ from ..runtime.progress import Progress, step
 from .core import GraphBase, Node, TensorType, Value, constant_array
 from .empty import eliminate_empty
 from .lower import TileProgram, lower
-from .passes import optimize
+from .passes import DEFAULT_PASSES, optimize
 
 if TYPE_CHECKING:
     from ..compiler import Executable
     from ..config import Config
     from ..plan.hw import HwModel
+
+
+def wants_channels_last(config: Config | None, device: str | None = None,
+                        hw: HwModel | str | None = None) -> bool:
+    """Whether a graph compiled with these settings goes channels-last: as
+    `Config.channels_last` says, else where the target is a CPU (the hardware model given, or
+    the device)."""
+    from dataclasses import replace
+
+    from ..config import Config
+    from ..plan.hw import HwModel
+    from ..runtime.device import Runtime
+
+    config = config or Config()
+    if config.channels_last is not None:
+        return config.channels_last
+    if isinstance(hw, HwModel):
+        return hw.kind == "cpu"
+    if (name := hw or config.hw) and name != "auto":
+        return HwModel.load(name).kind == "cpu"
+    if device is not None:
+        config = replace(config, device=device)
+    return Runtime.get(config.device).info.kind == "cpu"
 
 
 class Graph(GraphBase):
@@ -59,16 +82,21 @@ class Graph(GraphBase):
         and compile into kernels for one device.  A compile that takes more than a couple of
         seconds shows its progress on a terminal (stderr), unless `quiet`."""
         with _progress(progress, quiet, f"compiling {self.name}") as bar:
-            g = self.optimized(passes)
+            g = self.optimized(passes, channels_last=wants_channels_last(config, device, hw))
             step(bar, "passes")
             return GraphExecutable.build(g, device=device, hw=hw, config=config,
                                          validate=validate, progress=bar)
 
-    def optimized(self, passes: bool | Sequence[str] = True) -> Graph:
-        """The graph `compile` lowers (`tilec tune` tunes the kernels of its program)."""
+    def optimized(self, passes: bool | Sequence[str] = True, *,
+                  channels_last: bool = False) -> Graph:
+        """The graph `compile` lowers (`tilec tune` tunes the kernels of its program).
+        `channels_last` (with the default passes): NCHW convolutions become NHWC first
+        (`wants_channels_last` says where `compile` asks for it)."""
         g = eliminate_empty(self)  # tensors with no elements need no kernel (`tilec.empty`)
-        if passes:
-            g = optimize(self, None if passes is True else passes)
+        if passes is True:
+            g = optimize(self, (("channels_last",) if channels_last else ()) + DEFAULT_PASSES)
+        elif passes:
+            g = optimize(self, passes)
         return g  # type: ignore[return-value]
 
 

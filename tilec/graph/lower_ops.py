@@ -41,6 +41,9 @@ def _conv(em: Emitter, node: Node) -> None:
     x, w = node.inputs[:2]
     xs, ws = em.shape(x), em.shape(w)
     nhwc = node.get("layout") == "NHWC"
+    # The input may be held in the other layout (`channels_last` reads a model's NCHW input
+    # into an NHWC convolution as it is).
+    in_nhwc = node.get("input_layout", node.get("layout")) == "NHWC"
     r = len(xs) - 2
     s, d, p = node.get("strides"), node.get("dilations"), node.get("pads")
     groups = int(node.get("groups"))  # type: ignore[arg-type]
@@ -62,7 +65,7 @@ def _conv(em: Emitter, node: Node) -> None:
         cons = [f"g < {groups}"] + ([f"co < {cog}"] if cog > 1 else []) + \
             ([f"ci < {cig}"] if cig > 1 else [])
     out_idx = ["n", *sp, oc] if nhwc else ["n", oc, *sp]
-    x_idx = ["n", *pos, ic] if nhwc else ["n", ic, *pos]
+    x_idx = ["n", *pos, ic] if in_nhwc else ["n", ic, *pos]
     w_idx = [*ks, wc, oc] if nhwc else [oc, wc, *ks]
     bias = node.inputs[2] if len(node.inputs) > 2 else None
     # The bias view first: the epilogue must follow the contraction to be fused into it.

@@ -13,6 +13,8 @@
   so the reshape's copy kernel goes (`tilec.views`).
 - `elementwise_fusion`: an elementwise node read by a single elementwise node of the same shape
   is inlined into it, so a chain is one Tile statement and one kernel.
+- `channels_last` (CPUs only, first; `tilec.channels_last`): NCHW convolutions and their
+  neighbours NHWC, so that a convolution stores its output-channel vectors whole.
 
 Every pass takes a graph and returns a new one; none changes its argument."""
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..errors import TileError
 from . import ops
+from .channels_last import channels_last
 from .core import GraphBase, Node, Value, constant_array
 from .emit import ew_text
 from .views import reshape_views
@@ -303,6 +306,7 @@ PASSES: dict[str, Callable[[GraphBase], GraphBase]] = {
     "fuse_bias_activation": fuse_bias_activation,
     "reshape_views": reshape_views,
     "elementwise_fusion": fuse_elementwise,
+    "channels_last": channels_last,  # for CPUs, before the others (`Graph.optimized`)
 }
 
 DEFAULT_PASSES = ("dead_node_elimination", "batchnorm_to_elementwise", "constant_folding",
@@ -330,6 +334,7 @@ def optimize(graph: GraphBase, passes: Sequence[str] | None = None) -> GraphBase
     return steps[-1][1] if steps else graph.copy()
 
 
-__all__ = ["DEFAULT_PASSES", "PASSES", "batchnorm_to_elementwise", "eliminate_dead_nodes",
-           "fold_constants", "fold_scale_into_weights", "fuse_bias_activation",
-           "fuse_elementwise", "optimize", "reshape_views", "template", "trace"]
+__all__ = ["DEFAULT_PASSES", "PASSES", "batchnorm_to_elementwise", "channels_last",
+           "eliminate_dead_nodes", "fold_constants", "fold_scale_into_weights",
+           "fuse_bias_activation", "fuse_elementwise", "optimize", "reshape_views", "template",
+           "trace"]
