@@ -58,8 +58,10 @@ from .reduce import fresh, substitute
 from .schedule import make_schedule
 
 # Work-groups that read each panel, at least: the copy reads and writes the operand once,
-# so the panels it makes must be read many times for it to pay (a model's weights are
-# packed on every call).
+# so the panels it makes must be read many times for it to pay where the operand changes
+# from call to call (a matrix product's).  A filter (more than two axes) is a model's
+# weight, whose copy runs once where it is bound, and a small image's few rows of tiles read
+# each of its panels a few times only (7 at 7x7 pixels).
 MIN_REREADS = 16
 MIN_FILTER_REREADS = 4
 # A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
@@ -161,7 +163,8 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
     u, nr = flat.names[v], tile[v]
     # The panel index must be one of the statement's (not fused with another) and free of
     # constraints (a padded convolution's bound its pixels and window, never its channels).
-    if u not in op.indices or any(c.poly.coef(u) != 0 for c in op.constraints):
+    if u not in op.indices or any(c.poly.coef(u) != 0 for c in op.constraints) or \
+            any(c.coeffs[v] != 0 for c in flat.constraints):
         return None
     n = tensors[op.output].shape[out_plain.index(u)] if u in out_plain else 0
     if nr < 2 or n <= nr or n % nr:
@@ -177,8 +180,6 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
         for k in flat.out_indices:
             if flat.inputs[j].strides[k] == 0:
                 rereads *= -(-flat.ranges[k] // tile[k])
-        # A filter (more than two axes) is a model's weight, packed once where it is bound,
-        # and a small image reads each of its panels a few times only (7 at 7x7 pixels).
         if rereads >= (MIN_REREADS if len(x.idx) <= 2 else MIN_FILTER_REREADS):
             return Packing(j, axes[0], u, nr)
     return None
