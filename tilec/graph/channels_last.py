@@ -77,17 +77,14 @@ class _Rewrite:
         return self.back[name]
 
     def channels_last(self, name: str) -> str:
-        """A 4-D value channels-last: itself where it is, else a transpose (constants fold)."""
+        """A computed 4-D value channels-last: itself where it is, else a transpose
+        (`elementwise` transposes constants itself)."""
         if name in self.nhwc:
             return name
         if name not in self.fwd:
             t = self.out.type(name)
-            if self.out.is_constant(name):
-                arr = np.transpose(self.out.constants[name], TO_NHWC)
-                self.fwd[name] = self.out.constant(arr, f"{name}_nhwc", t.dtype).name
-            else:
-                self.fwd[name] = self._node("transpose", (name,), f"{name}_nhwc",
-                                            _permuted(t.shape), t.dtype, {"perm": TO_NHWC})
+            self.fwd[name] = self._node("transpose", (name,), f"{name}_nhwc",
+                                        _permuted(t.shape), t.dtype, {"perm": TO_NHWC})
         return self.fwd[name]
 
     def _node(self, op: str, inputs: tuple[str, ...], base: str, shape: tuple[int, ...],
