@@ -68,6 +68,7 @@ import numpy as np
 from .flat import FlatContraction
 from .layout import layout, merge_stats, output_order, read_plan, thread_split
 from .schedule import moves_back, vector_candidates
+from .sweep import largest_panel, sweep_many, sweep_reuse
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -89,7 +90,7 @@ STREAM_CYCLES = 1.0
 TILE_CYCLES = 32
 
 _GPU_STATS = ("to", "wg", "il", "sm", "or", "mr", "mw", "op", "rp", "tu")
-_CPU_STATS = ("vregs", "l2_bytes", "dram_bytes")
+_CPU_STATS = ("vregs", "l2_bytes", "dram_bytes", "sweep")
 _RATIOS = ("compute_ratio", "cache_ratio", "l2_ratio")
 
 
@@ -125,6 +126,7 @@ class Cost:
     compute_ratio: float = 1.0
     cache_ratio: float = 1.0
     l2_ratio: float = 1.0
+    sweep: int = 1  # register tiles a work-item runs in turn (`sweep.sweep_many`)
 
     @property
     def regs(self) -> int:
@@ -141,7 +143,8 @@ class Cost:
         if self.kind == "cpu":
             lines.append(f"  cpu: vregs={self.vregs} l2_bytes={self.l2_bytes} "
                          f"dram_bytes={self.dram_bytes} compute_ratio={self.compute_ratio:g} "
-                         f"cache_ratio={self.cache_ratio:g} l2_ratio={self.l2_ratio:g}")
+                         f"cache_ratio={self.cache_ratio:g} l2_ratio={self.l2_ratio:g}"
+                         + (f" sweep={self.sweep}" if self.sweep > 1 else ""))
         if not self.ok:
             lines.append(f"  {self.status}")
             return "\n".join(lines)
@@ -349,15 +352,26 @@ def _score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points:
     gf = lay.groups[f] if f is not None else 1
     l2b = wg * mw + post_inputs * wg * (mw // hw.mem_width) * es
     dram = c["out_bytes"] * (1 + post_inputs)
-    for t, plan, size in zip(flat.inputs, lay.inputs, c["sizes"], strict=True):
+    T = np.array([lay.tile], np.int64)
+    _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=np.array([v]),
+                          acc=np.array([acc_vregs]), es=es, groups=np.array([wg]))
+    reuse = int(sweep_reuse(flat, T, swept, lanes=np.array([v]), acc=np.array([acc_vregs]),
+                            es=es, l1_bytes=hw.l1_bytes)[0])
+    big = int(largest_panel(flat, T)[0][0])
+    l2s, drs = l2b, dram
+    for i, (t, plan, size) in enumerate(zip(flat.inputs, lay.inputs, c["sizes"], strict=True)):
         panel = il * plan.loads * hw.mem_width
         fresh = wg if (f is None or t.strides[f] != 0) else wg // gf
         again = wg - fresh
-        l2b += fresh * panel + (again * panel if panel > c["l1"] else 0)
+        once = reuse if i == big else 1  # as in `_many_cpu`
+        l2 = fresh * panel + (again * panel if panel > c["l1"] else 0)
+        l2b, l2s = l2b + l2, l2s + l2 // once
         dram += (size if size <= c["l2h"] else fresh * panel) + (
             again * panel if panel > c["l2h"] else 0)
+        drs += (size if size <= c["l2h"] else fresh * panel // once) + (
+            again * panel // once if panel > c["l2h"] else 0)
 
-    base = dict(base, vregs=vregs, l2_bytes=l2b, dram_bytes=dram)
+    base = dict(base, vregs=vregs, l2_bytes=l2s, dram_bytes=drs, sweep=int(swept[0]))
     if (hw.registers > 0 and vregs > hw.registers) or base["or_"] > hw.max_regs:
         return Cost(status="over regs", sm=0, **base)
     fpb, occ, roof_r, occ_r, thr_r, sc = _ratios(base["to"], float(dram), wg, base["tu"], hw)
@@ -510,14 +524,25 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     gf = np.where(has_f, Go[np.arange(n), fpos], 1)
     l2b = wg * mw + post_inputs * wg * (mw // hw.mem_width) * es
     dram = np.full(n, c["out_bytes"] * (1 + post_inputs), np.int64)
-    for t, ld, size in zip(flat.inputs, loads, c["sizes"], strict=True):
+    # The kernel's own traffic (l2s, drs) counts its sweep; the score keeps PlaidML's plan,
+    # one tile a work-item (its ranking is what `--model plaidml` means).
+    _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=v, acc=acc_vregs, es=es, groups=wg)
+    reuse = sweep_reuse(flat, T, swept, lanes=v, acc=acc_vregs, es=es, l1_bytes=hw.l1_bytes)
+    big, _ = largest_panel(flat, T)
+    l2s, drs = l2b, dram
+    for i, (t, ld, size) in enumerate(zip(flat.inputs, loads, c["sizes"], strict=True)):
         panel = il * ld * hw.mem_width
         dep = np.array([t.strides[kk] != 0 for kk in outs] or [True])
         fresh = np.where(~has_f | dep[fpos], wg, wg // gf)
         again = wg - fresh
-        l2b = l2b + fresh * panel + np.where(panel > c["l1"], again * panel, 0)
-        dram = dram + (size if size <= c["l2h"] else fresh * panel) + np.where(
+        # A swept work-item reads its panel of the largest input once for all its tiles.
+        once = np.where(big == i, reuse, 1)
+        l2 = fresh * panel + np.where(panel > c["l1"], again * panel, 0)
+        dr = (size if size <= c["l2h"] else fresh * panel) + np.where(
             panel > c["l2h"], again * panel, 0)
+        l2b, dram = l2b + l2, dram + dr
+        l2s, drs = l2s + l2 // once, drs + (size if size <= c["l2h"] else fresh * panel // once) \
+            + np.where(panel > c["l2h"], again * panel // once, 0)
 
     status = np.where((hw.registers > 0) & (vregs > hw.registers) | (res["or"] > hw.max_regs),
                       2, 0)
@@ -526,8 +551,8 @@ def _many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     l2_goal = 2.0 * FMA_PORTS * vmax / hw.mem_width
     l2_ratio = np.minimum(2.0 * points / l2b, l2_goal) / l2_goal
     sc = compute * cache * l2_ratio * sc
-    res.update(sm=np.zeros(n, np.int64), status=status, vregs=vregs, l2_bytes=l2b,
-               dram_bytes=dram)
+    res.update(sm=np.zeros(n, np.int64), status=status, vregs=vregs, l2_bytes=l2s,
+               dram_bytes=drs, sweep=swept)
     _finish(res, status, flops_per_byte=fpb, occupancy=occ, roof_ratio=roof_r,
             occ_ratio=occ_r, thread_ratio=thr_r, score=sc, compute_ratio=compute,
             cache_ratio=cache, l2_ratio=l2_ratio)

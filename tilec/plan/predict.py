@@ -308,6 +308,11 @@ def corrected(pred: dict[str, np.ndarray], hw: HwModel) -> dict[str, np.ndarray]
     return out
 
 
+def _swept(pred: dict[str, np.ndarray], row: int) -> str:
+    n = int(pred["sweep"][row]) if "sweep" in pred else 1
+    return f", {n} tiles a work-item" if n > 1 else ""
+
+
 def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
     """One cost-log line: the predicted time, its limit and the terms behind it (a GPU's or,
     with L1 terms, a CPU's: `predict_cpu`)."""
@@ -324,7 +329,7 @@ def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
         return (f"{head}, L1 {pred['l1_s'][row] * 1e6:.1f} us, L2 {us['l2_s']:.1f} us, DRAM "
                 f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
                 f"{int(pred['waves'][row])} waves of {int(pred['cycles'][row])} cycles, "
-                f"{int(pred['acc'][row])} accumulators)")
+                f"{int(pred['acc'][row])} accumulators{_swept(pred, row)})")
     return (f"{head} x latency {pred['latency'][row]:.2f}, local memory "
             f"{pred['local_s'][row] * 1e6:.1f} us, round trips {pred['latency_s'][row] * 1e6:.1f}"
             f" us, L2 {us['l2_s']:.1f} us, DRAM {us['dram_s']:.1f} us, fixed "

@@ -11,9 +11,10 @@ model in `cost` (`_many_cpu`), with this module's coefficients in place of cost'
               + stream x streams + line x L2 lines a step
               (fma ops: accumulator vectors x the instructions a v-lane vector takes where the
               core's full-speed width is narrower)
-    item    = il x (red x step + chunk + loop x trips of the loops around the innermost)
-              + tile                              cycles of one work-item (il chunks)
-    compute = ceil(wg / cores) x item / clock     work-groups in waves over the cores
+    item    = il x (red x step + chunk + loop x trips of the loops around the innermost
+              + partial x accumulators where swept) + tile     cycles of one tile (il chunks)
+    compute = ceil(wg / sweep / cores) x sweep x item / clock
+              work-items (`sweep` tiles each) in waves over the cores
     L1      = operand bytes the steps load / the calibrated L1 bandwidth
     L2      = cost's L2 bytes (panels, outputs) / the calibrated L2 bandwidth
     DRAM    = the tensors once / the DRAM bandwidth (the L3's, llc x L2, when they fit it)
@@ -59,6 +60,7 @@ class CpuCoefficients:
     llc: float = 0.33  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
     llc_mib: float = 16.0  # tensors this small come from the L3, not DRAM (dev VM: 32 MiB)
     tile: float = 48.0  # cycles per work-item (indices, stores)
+    partial: float = 2.0  # cycles per accumulator vector a swept tile keeps between chunks
     overlap: float = 2.25  # p of the p-norm joining compute and memory (inf: perfect overlap)
     launch_us: float = 5.0  # a launch, where the device was not calibrated
     group_us: float = 0.01  # a work-group's dispatch, where the device was not calibrated
@@ -128,11 +130,17 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     inner = max(reds, key=lambda k: (k == u, k not in windowed(flat), k), default=None)
     trips = np.prod(T[:, [k for k in reds if k != inner]], axis=1) if len(reds) > 1 \
         else np.ones(n, np.int64)
-    item = il * (red * step + coeff.chunk + coeff.loop * trips) + coeff.tile
+    # A swept work-item (`sweep`) runs `swept` tiles in turn and keeps each one's partial
+    # sums in private memory between reduction chunks: a vector stored and loaded again per
+    # accumulator and chunk.
+    swept = stats.get("sweep", np.ones(n, np.int64)).astype(np.float64)
+    item = il * (red * step + coeff.chunk + coeff.loop * trips
+                 + np.where(swept > 1, coeff.partial * acc, 0.0)) + coeff.tile
     cores = max(1, hw.compute_units or hw.goal_groups // 4)
     clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
-    waves = np.ceil(wg / cores)
-    compute = waves * item / clock
+    items = wg / swept  # work-items, each `swept` tiles
+    waves = np.ceil(items / cores)
+    compute = waves * swept * item / clock
 
     l1_bw = (hw.l1_gbs or 4 * hw.bandwidth_gbs) * 1e9
     l2_bw = (hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9
@@ -144,7 +152,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     beyond = np.maximum(stats["dram_bytes"] - unique, 0.0)
     first_bw = coeff.llc * l2_bw if unique <= coeff.llc_mib * 2**20 else hw.bandwidth_gbs * 1e9
     dram = unique / first_bw + beyond / (coeff.llc * l2_bw)
-    fixed = ((hw.launch_us or coeff.launch_us) + wg * (hw.group_us or coeff.group_us)) * 1e-6
+    fixed = ((hw.launch_us or coeff.launch_us) + items * (hw.group_us or coeff.group_us)) * 1e-6
     terms = np.stack([compute, l2, dram, l1], axis=1)
     body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
     over = stats["status"] != 0
@@ -157,4 +165,5 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "latency": np.minimum(1.0, fma / coeff.fma_ports / coeff.latency),
             "resident": np.ones(n), "acc": acc.astype(np.float64),
             "acc_regs": stats.get("vregs", acc).astype(np.float64),
-            "reg_cap": np.full(n, float(hw.registers)), "waves": waves, "cycles": item}
+            "reg_cap": np.full(n, float(hw.registers)), "waves": waves,
+            "cycles": swept * item, "sweep": swept}

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .flat import FlatContraction
 from .hw import HwModel
 
@@ -57,28 +59,80 @@ def choose_sweep(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     """The sweep for a CPU schedule read through the cache (None: none pays).  `acc_points`:
     the register tile's accumulators (vectors of `lanes`); `groups`: the unswept
     work-groups."""
-    if hw.kind != "cpu" or not flat.inputs or not hw.l1_bytes:
-        return None
-    blocked = [k for k in flat.reduce_indices if flat.ranges[k] > tile[k]]
-    if not blocked or (vec_index is not None and vec_index in flat.reduce_indices):
-        return None
-    big = max(flat.inputs, key=lambda t: panel_elems(flat, t, tile))
-    if panel_elems(flat, big, tile) * es <= hw.l1_bytes:
-        return None
-    part = acc_points * lanes * es  # one tile's partial sums
+    index, tiles = sweep_many(flat, np.array([tile], np.int64), hw, vec_index=vec_index,
+                              lanes=np.array([lanes]), acc=np.array([acc_points]), es=es,
+                              groups=np.array([groups]))
+    return Sweep(int(index[0]), int(tiles[0])) if tiles[0] > 1 else None
+
+
+def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: int | None,
+               lanes: np.ndarray, acc: np.ndarray, es: int,
+               groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`choose_sweep` for every row of tiles T (n x len(names)): the swept index (-1: none)
+    and the register tiles a work-item runs along it (1: none).  The cost model asks it for
+    every candidate tile, so that a tile whose sweep keeps its filter block in L1 is scored
+    with the L2 traffic it really makes."""
+    n = T.shape[0]
+    index, tiles = np.full(n, -1, np.int64), np.ones(n, np.int64)
+    if hw.kind != "cpu" or not flat.inputs or not hw.l1_bytes or \
+            (vec_index is not None and vec_index in flat.reduce_indices):
+        return index, tiles
+    blocked = np.zeros(n, bool)
+    for k in flat.reduce_indices:
+        blocked |= T[:, k] < flat.ranges[k]
+    big, elems = largest_panel(flat, T)
+    live = blocked & (elems * es > hw.l1_bytes)
+    part = acc * lanes * es  # one tile's partial sums
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
-    floor = min(groups, 4 * cus)
+    floor = np.minimum(groups, 4 * cus)
+    cap = np.maximum(1, hw.l1_bytes // 2 // np.maximum(part, 1))
     # The index the output holds closest together first: its tiles' reads of the other
     # inputs overlap most (neighbouring pixels of one row).
     outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]) or 1 << 62)
     for k in outs:
-        count = flat.ranges[k] // tile[k]
-        if big.strides[k] != 0 or k == vec_index or flat.ranges[k] % tile[k] or count < 2:
+        if k == vec_index:
             continue
-        best = 1
-        for n in range(2, count + 1):
-            if count % n == 0 and n * part <= hw.l1_bytes // 2 and groups // n >= floor:
-                best = n
-        if best > 1:
-            return Sweep(k, best)
-    return None
+        reads = np.array([t.strides[k] != 0 for t in flat.inputs])[big]
+        count = flat.ranges[k] // T[:, k]
+        ok = live & (index < 0) & ~reads & (flat.ranges[k] % T[:, k] == 0) & (count >= 2)
+        if not ok.any():
+            continue
+        best = np.ones(n, np.int64)
+        for m in range(2, int(min(count[ok].max(), cap[ok].max())) + 1):
+            fits = ok & (count % m == 0) & (m <= cap) & (groups // m >= floor)
+            best = np.where(fits, m, best)
+        won = best > 1
+        index, tiles = np.where(won, k, index), np.where(won, best, tiles)
+    return index, tiles
+
+
+def sweep_reuse(flat: FlatContraction, T: np.ndarray, tiles: np.ndarray, *, lanes: np.ndarray,
+                acc: np.ndarray, es: int, l1_bytes: int) -> np.ndarray:
+    """How many times fewer bytes of the largest input a swept work-item brings from L2 than
+    its tiles would one a work-item: all its tiles where one reduction block of that input
+    stays in L1 beside their partial sums, else 1 (each tile streams the block from L2)."""
+    big, _ = largest_panel(flat, T)
+    block = np.zeros(T.shape[0], np.int64)
+    for i, t in enumerate(flat.inputs):
+        n = np.ones(T.shape[0], np.int64)
+        for k, st in enumerate(t.strides):
+            if st:
+                n = n * T[:, k]
+        block = np.where(big == i, n, block)
+    fits = block * es + tiles * acc * lanes * es <= l1_bytes
+    return np.where(fits, tiles, 1)
+
+
+def largest_panel(flat: FlatContraction, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every row of tiles T: the input (its position) whose per-work-item panel
+    (`panel_elems`) is largest, the first on ties, and that panel's elements."""
+    outs = set(flat.out_indices)
+    panels = []
+    for t in flat.inputs:
+        n = np.ones(T.shape[0], np.int64)
+        for k, st in enumerate(t.strides):
+            if st:
+                n = n * (T[:, k] if k in outs else flat.ranges[k])
+        panels.append(n)
+    P = np.stack(panels, axis=1)
+    return P.argmax(axis=1), P.max(axis=1)
