@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import cpu_consts, input_streams, vector_lanes, vector_reads
+from .cost_cpu import cpu_consts, input_streams, vector_lanes, vector_reads
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
