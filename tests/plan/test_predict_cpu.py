@@ -189,3 +189,24 @@ def test_the_model_scores_the_sweep_the_schedule_makes(case):
     stats = score_many(flat, row, hw)
     assert made, text  # every case sweeps
     assert int(stats["sweep"][0]) == int(made.group(1))
+
+
+def test_output_runs_merge_contiguous_indices():
+    """A tile's stores: 7 rows of a full 64-channel row block are one run, 7 images apart
+    are 7, and a half-width channel tile cannot extend its run."""
+    from tilec.plan.flat import FlatContraction, FlatTensor
+    from tilec.plan.layout import output_order
+    from tilec.plan.predict_cpu import output_runs
+
+    # O[n, y, c] over (n, y, c) = (4, 112, 64), no reduction: strides 7168, 64, 1
+    out = FlatTensor("O", (7168, 64, 1), 0)
+    src = FlatTensor("I", (7168, 64, 1), 0)
+    flat = FlatContraction(("n", "y", "c"), (4, 112, 64), (out, src))
+    outs = output_order(flat)
+    A = np.array([[1, 7, 64], [4, 1, 64], [1, 7, 32], [1, 1, 64]], np.int64)
+    A = A[:, [("n", "y", "c").index(flat.names[k]) for k in outs]]
+    assert list(output_runs(flat, outs, A)) == [1, 4, 7, 1]
+    # ... which the time model charges: mirrored tiles are predicted apart
+    tiles = np.array([[1, 7, 64], [7, 1, 64]], np.int64)
+    t = _predict(flat, tiles, CALIBRATED)["time"]
+    assert t[0] < t[1]

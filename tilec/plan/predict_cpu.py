@@ -12,7 +12,8 @@ model in `cost` (`_many_cpu`), with this module's coefficients in place of cost'
               (fma ops: accumulator vectors x the instructions a v-lane vector takes where the
               core's full-speed width is narrower)
     item    = il x (red x step + chunk + loop x trips of the loops around the innermost
-              + partial x accumulators where swept) + tile     cycles of one tile (il chunks)
+              + partial x accumulators where swept) + tile + store_run x (output runs - 1)
+              cycles of one tile (il chunks; runs: `output_runs`)
     compute = ceil(wg / sweep / cores) x sweep x item / clock
               work-items (`sweep` tiles each) in waves over the cores
     L1      = operand bytes the steps load / the calibrated L1 bandwidth
@@ -61,6 +62,7 @@ class CpuCoefficients:
     llc_mib: float = 16.0  # tensors this small come from the L3, not DRAM (dev VM: 32 MiB)
     tile: float = 48.0  # cycles per work-item (indices, stores)
     partial: float = 2.0  # cycles per accumulator vector a swept tile keeps between chunks
+    store_run: float = 2.0  # cycles per extra contiguous run a tile's stores write (addresses)
     overlap: float = 2.25  # p of the p-norm joining compute and memory (inf: perfect overlap)
     launch_us: float = 5.0  # a launch, where the device was not calibrated
     group_us: float = 0.01  # a work-group's dispatch, where the device was not calibrated
@@ -135,7 +137,8 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # accumulator and chunk.
     swept = stats.get("sweep", np.ones(n, np.int64)).astype(np.float64)
     item = il * (red * step + coeff.chunk + coeff.loop * trips
-                 + np.where(swept > 1, coeff.partial * acc, 0.0)) + coeff.tile
+                 + np.where(swept > 1, coeff.partial * acc, 0.0)) + coeff.tile \
+        + coeff.store_run * (output_runs(flat, outs, A) - 1)
     cores = max(1, hw.compute_units or hw.goal_groups // 4)
     clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
     items = wg / swept  # work-items, each `swept` tiles
@@ -167,3 +170,22 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "acc_regs": stats.get("vregs", acc).astype(np.float64),
             "reg_cap": np.full(n, float(hw.registers)), "waves": waves,
             "cycles": swept * item, "sweep": swept}
+
+
+def output_runs(flat: FlatContraction, outs: list[int], A: np.ndarray) -> np.ndarray:
+    """Contiguous runs of memory a work-item's output tile writes, per row of A (its points
+    along `outs`): the indices by output stride, each one extending the run below it while
+    its stride is that run's length (a 7 x 64 tile of a [.., 7, 64] block is one run of 448
+    floats; 7 rows a plane apart are 7 runs)."""
+    n = A.shape[0]
+    runs, length = np.ones(n, np.int64), np.ones(n, np.int64)
+    whole = np.ones(n, bool)  # the run so far is one dense block
+    for j in sorted(range(len(outs)), key=lambda j: abs(flat.output.strides[outs[j]])):
+        s = abs(flat.output.strides[outs[j]])
+        if s == 0:
+            continue
+        grow = whole & (s == length)
+        length = np.where(grow, length * A[:, j], length)
+        runs = np.where(grow | (A[:, j] == 1), runs, runs * A[:, j])
+        whole = grow | (A[:, j] == 1) & whole
+    return runs
