@@ -185,7 +185,7 @@ def score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: 
         panel = il * plan.loads * hw.mem_width
         fresh = wg if (f is None or t.strides[f] != 0) else wg // gf
         again = wg - fresh
-        once = reuse if i == big else 1  # as in `_many_cpu`
+        once = reuse if i == big else 1  # as in `many_cpu`
         l2 = fresh * panel + (again * panel if panel > c["l1"] else 0)
         l2b, l2s = l2b + l2, l2s + l2 // once
         dram += (size if size <= c["l2h"] else fresh * panel) + (

@@ -5,7 +5,7 @@ hardware models of kind "cpu").
 The kernel is the one `schedule` and `codegen` make for a CPU: one work-item per output tile,
 the tile a register tile of float vectors (v lanes), the reduction walked in chunks of the
 tile, work-groups spread over the compute units (cores).  Its terms are those of the cycle
-model in `cost` (`_many_cpu`), with this module's coefficients in place of cost's constants:
+model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of its constants:
 
     step    = max(fma ops / FMA_PORTS, loads / LOAD_PORTS, latency) + load issue x loads
               + stream x streams + line x L2 lines a step
