@@ -33,7 +33,7 @@ and the score is the product of six ratios, each in (0, 1]:
   it once), else from DRAM.  Outputs are written once (mw per group to L2, their size to DRAM).
   Where the schedule sweeps the tile (`sweep.sweep_many`: a work-item runs several register
   tiles one reduction block at a time), the largest input's block is read from L2 once for all
-  of them if it fits L1 beside their partial sums (`sweep.sweep_reuse`): the reported
+  of them if it stays in L1 while each tile runs (`sweep.sweep_reuse`): the reported
   l2_bytes and dram_bytes, which the time model uses, count that; the score keeps PlaidML's
   one tile a work-item.
 * occ_ratio and thread_ratio as on GPUs (goal_groups = groups that keep every core busy).

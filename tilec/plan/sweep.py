@@ -110,16 +110,20 @@ def sweep_reuse(flat: FlatContraction, T: np.ndarray, tiles: np.ndarray, *, lane
                 acc: np.ndarray, es: int, l1_bytes: int) -> np.ndarray:
     """How many times fewer bytes of the largest input a swept work-item brings from L2 than
     its tiles would one a work-item: all its tiles where one reduction block of that input
-    stays in L1 beside their partial sums, else 1 (each tile streams the block from L2)."""
-    big, _ = largest_panel(flat, T)
-    block = np.zeros(T.shape[0], np.int64)
-    for i, t in enumerate(flat.inputs):
-        n = np.ones(T.shape[0], np.int64)
+    stays in L1 while a tile runs, else 1 (each tile streams the block from L2).  A tile
+    runs with the block, its own block of every other input and its partial sums in L1
+    (the other tiles' partial sums wait elsewhere): squeezenet's classifier swept 13 tiles
+    deep ran 0.67 ms with a 32 KB filter block, 13 KB of pixels and 1.7 KB of sums against a
+    48 KB L1, as fast as with a 16 KB block; 1.26 ms unswept."""
+    n = T.shape[0]
+    chunk = np.zeros(n, np.int64)  # elements of every input one reduction block of a tile reads
+    for t in flat.inputs:
+        e = np.ones(n, np.int64)
         for k, st in enumerate(t.strides):
             if st:
-                n = n * T[:, k]
-        block = np.where(big == i, n, block)
-    fits = block * es + tiles * acc * lanes * es <= l1_bytes
+                e = e * T[:, k]
+        chunk = chunk + e
+    fits = (chunk + acc * lanes) * es <= l1_bytes
     return np.where(fits, tiles, 1)
 
 
