@@ -210,3 +210,28 @@ def test_output_runs_merge_contiguous_indices():
     tiles = np.array([[1, 7, 64], [7, 1, 64]], np.int64)
     t = _predict(flat, tiles, CALIBRATED)["time"]
     assert t[0] < t[1]
+
+
+def test_a_window_chunk_counts_its_rows_once_for_the_sweep(monkeypatch):
+    """resnet18's 14x14 3x3 layer (256 -> 256, channels-last), ci=32 with the whole window,
+    x1=14 swept 7 rows deep: a chunk holds a 37 KB filter block and 6 KB of image rows (the
+    window's rows overlap: cache lines, not 3 x 3 x 14 points), which fit a 48 KB L1, so the
+    filter comes from L2 once a work-item (it ran 0.75 ms)."""
+    import tilec
+    import tilec.plan.cost_cpu as cost_cpu
+    from tilec.plan.fuse import plan_kernels
+
+    src = """function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {
+      O[n, x0, x1, co : N, H, W, CO] = +(I[n, x0 + k0 - 1, x1 + k1 - 1, ci] * K[k0, k1, ci, co]);
+    }"""
+    plan = plan_kernels(tilec.check_program(
+        src, {"I": (1, 14, 14, 256), "K": (3, 3, 256, 256)}, "float32"))
+    flat = next(k.flat for k in plan.kernels if getattr(k, "flat", None) is not None)
+    tile = {"ci": 32, "co": 32, "k0": 3, "k1": 3, "x0": 1, "x1": 14, "n": 1}
+    row = np.array([[tile[n] for n in flat.names]], np.int64)
+    swept = score_many(flat, row, WIDE_L1)
+    assert swept["sweep"][0] == 7
+    monkeypatch.setattr(cost_cpu, "sweep_many", lambda flat, T, hw, **k: (
+        np.full(T.shape[0], -1), np.ones(T.shape[0], np.int64)))
+    plain = score_many(flat, row, WIDE_L1)
+    assert swept["l2_bytes"][0] * 3 < plain["l2_bytes"][0]

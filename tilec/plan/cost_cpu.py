@@ -177,8 +177,9 @@ def score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: 
     T = np.array([lay.tile], np.int64)
     _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=np.array([v]),
                           acc=np.array([acc_vregs]), es=es, groups=np.array([wg]))
-    reuse = int(sweep_reuse(flat, T, swept, lanes=np.array([v]), acc=np.array([acc_vregs]),
-                            es=es, l1_bytes=hw.l1_bytes)[0])
+    reuse = int(sweep_reuse(swept, chunk_bytes=np.array([mr]),
+                            partial_bytes=np.array([acc_vregs * v * es]),
+                            l1_bytes=hw.l1_bytes)[0])
     big = int(largest_panel(flat, T)[0][0])
     l2s, drs = l2b, dram
     for i, (t, plan, size) in enumerate(zip(flat.inputs, lay.inputs, c["sizes"], strict=True)):
@@ -264,7 +265,8 @@ def many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     # The kernel's own traffic (l2s, drs) counts its sweep; the score keeps PlaidML's plan,
     # one tile a work-item (its ranking is what `--model plaidml` means).
     _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=v, acc=acc_vregs, es=es, groups=wg)
-    reuse = sweep_reuse(flat, T, swept, lanes=v, acc=acc_vregs, es=es, l1_bytes=hw.l1_bytes)
+    reuse = sweep_reuse(swept, chunk_bytes=mr, partial_bytes=acc_vregs * v * es,
+                        l1_bytes=hw.l1_bytes)
     big, _ = largest_panel(flat, T)
     l2s, drs = l2b, dram
     for i, (t, ld, size) in enumerate(zip(flat.inputs, loads, c["sizes"], strict=True)):
