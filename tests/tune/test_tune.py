@@ -303,15 +303,18 @@ def test_cli_tune_rejects_bad_options(tmp_path, capsys):
 
 
 
-def test_far_slower_candidates_are_timed_once(monkeypatch):
+def _timed(monkeypatch, cold: bool, durations: list[float]):
+    """`Bench.time` over fake kernels whose "event" is their duration (the first launch of
+    all 10x slower where `cold`): the times and the launches made."""
     from types import SimpleNamespace
 
-    calls = []
+    calls: list[float] = []
 
     class FakeRuntime:
         def launch(self, kernel, global_size, local_size, args):
+            slow = cold and not calls
             calls.append(kernel)
-            return kernel  # the "event" is the kernel's duration
+            return kernel * (10 if slow else 1)
 
     monkeypatch.setattr(bench_mod, "event_seconds", lambda ev: ev)
     bench = bench_mod.Bench.__new__(bench_mod.Bench)
@@ -319,8 +322,13 @@ def test_far_slower_candidates_are_timed_once(monkeypatch):
     bench.copies = [{}]
     bench._args = lambda src, copy=0: []
     src = SimpleNamespace(global_size=1, local_size=1)
-    out = bench.time([(src, 1e-3), (src, 1.1e-3), (src, 9e-3)], warmup=1, repeat=5)
-    assert [t for t, _ in out] == [1e-3, 1.1e-3, 9e-3]
+    out = bench.time([(src, d) for d in durations], warmup=1, repeat=5)
+    return [t for t, _ in out], calls
+
+
+def test_far_slower_candidates_are_timed_once(monkeypatch):
+    times, calls = _timed(monkeypatch, False, [1e-3, 1.1e-3, 9e-3])
+    assert times == [1e-3, 1.1e-3, 9e-3]
     assert calls.count(9e-3) == 2  # the scouting runs only
     assert calls.count(1e-3) == 2 + 1 + 5  # scouting, warm-up, timed runs
 
@@ -329,25 +337,9 @@ def test_a_cold_first_launch_does_not_make_a_candidate_slow(monkeypatch):
     """The first launch after validation may be cold (10x its time after, the device's
     threads asleep): the scouting keeps a candidate's faster launch, so the first candidate
     is timed in full, not once at its cold time."""
-    from types import SimpleNamespace
-
-    seen = []
-
-    class FakeRuntime:
-        def launch(self, kernel, global_size, local_size, args):
-            cold = not seen
-            seen.append(kernel)
-            return kernel * (10 if cold else 1)
-
-    monkeypatch.setattr(bench_mod, "event_seconds", lambda ev: ev)
-    bench = bench_mod.Bench.__new__(bench_mod.Bench)
-    bench.runtime = FakeRuntime()
-    bench.copies = [{}]
-    bench._args = lambda src, copy=0: []
-    src = SimpleNamespace(global_size=1, local_size=1)
-    out = bench.time([(src, 1e-3), (src, 1.2e-3)], warmup=1, repeat=5)
-    assert [t for t, _ in out] == [1e-3, 1.2e-3]
-    assert seen.count(1e-3) == seen.count(1.2e-3) == 2 + 1 + 5
+    times, calls = _timed(monkeypatch, True, [1e-3, 1.2e-3])
+    assert times == [1e-3, 1.2e-3]
+    assert calls.count(1e-3) == calls.count(1.2e-3) == 2 + 1 + 5
 
 
 def test_quick_tolerance_passes_nothing_that_compare_fails():
