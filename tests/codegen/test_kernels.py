@@ -21,6 +21,13 @@ def run_case(src: str, shapes: dict, *, dtype: str = "float32", seed: int = 0,
     from tilec.compiler import compile as tile_compile
 
     exe = tile_compile(src, shapes, dtype=dtype, config=Config(**config))
+    check_run(exe, seed)
+    return exe
+
+
+def check_run(exe, seed: int = 0) -> tuple[dict, dict]:
+    """Run `exe` on random inputs with its outputs poisoned first and check the outputs
+    against the numpy reference; the inputs and outputs, for comparisons with other runs."""
     rng = np.random.default_rng(seed)
     arrays = {n: random_array(rng, exe.program.tensors[n].shape, exe.program.tensors[n].dtype)
               for n in exe.program.inputs}
@@ -29,7 +36,7 @@ def run_case(src: str, shapes: dict, *, dtype: str = "float32", seed: int = 0,
         assert not np.isnan(arr).any() if arr.dtype.kind == "f" else True, name
     v = exe.check(exe._inputs(arrays), outs)
     assert v.ok, v.worst
-    return exe
+    return arrays, outs
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -13,13 +13,13 @@ import pytest
 import tilec
 from tilec.codegen.clexpr import muladd
 from tilec.config import Config
-from tilec.lang.reference import random_array
 from tilec.plan.calibration import MULADD_FORMS
 from tilec.plan.hw import HwModel
 
 from ..device import needs_device
 from ..kernel_cases import CASES
 from .test_attention import CAUSAL, program, shapes
+from .test_kernels import check_run
 
 SPELLED = {"fma": "fma(", "mad": "mad(", "mul_add": " * "}
 
@@ -54,13 +54,7 @@ def test_contraction_with_each_form(form, base, name):
     assert body and all(SPELLED[form] in t for t in body)
     if form != "fma":
         assert not any("fma(" in t for t in body)
-    rng = np.random.default_rng(11)
-    arrays = {n: random_array(rng, exe.program.tensors[n].shape, "float32")
-              for n in exe.program.inputs}
-    outs = exe.run(arrays, poison=True)
-    assert not any(np.isnan(a).any() for a in outs.values())
-    v = exe.check(exe._inputs(arrays), outs)
-    assert v.ok, v.worst
+    check_run(exe, seed=11)  # against numpy, outputs poisoned, no NaN
 
 
 @needs_device
@@ -119,9 +113,4 @@ def test_contraction_with_each_vector_access(access, name):
         assert pointer not in body
         assert name == "maxpool" or "vload" in body
         assert "relu(" not in src or "fmax(" in body
-    rng = np.random.default_rng(3)
-    arrays = {n: random_array(rng, exe.program.tensors[n].shape, "float32")
-              for n in exe.program.inputs}
-    outs = exe.run(arrays, poison=True)
-    v = exe.check(exe._inputs(arrays), outs)
-    assert v.ok, v.worst
+    check_run(exe, seed=3)  # against numpy, outputs poisoned

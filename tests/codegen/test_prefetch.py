@@ -12,11 +12,11 @@ import pytest
 import tilec
 from tilec.codegen.generate import generate
 from tilec.config import Config
-from tilec.lang.reference import random_array
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 
 from ..device import needs_device
+from .test_kernels import check_run
 from .test_sweep import CASES as SWEPT
 
 # A filter with the output channels last and no more of them than the tile takes: each
@@ -90,12 +90,7 @@ def test_prefetching_kernel_against_numpy_and_without(name):
     plain = tile_compile(src, shapes, hw=_hw(), config=cfg)
     assert "TILEC_PREFETCH(pf + l)" in fetching.source
     assert "TILEC_PREFETCH" not in plain.source
-    rng = np.random.default_rng(11)
-    arrays = {n: random_array(rng, fetching.program.tensors[n].shape, "float32")
-              for n in fetching.program.inputs}
-    a = fetching.run(arrays, poison=True)
-    v = fetching.check(fetching._inputs(arrays), a)
-    assert v.ok, v.worst
+    arrays, a = check_run(fetching, seed=11)  # against numpy, outputs poisoned
     b = plain.run(arrays, poison=True)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
