@@ -306,3 +306,16 @@ def test_repeated_layers_share_one_cached_search(tmp_path) -> None:
     args = (CPU, 0, "float32", 4, 0, 10**6, True)
     assert _cache_key(same, *args) != _cache_key(flat, *args)
     assert _cache_key(other, *args) == _cache_key(flat, *args)
+
+
+def test_search_cache_digest_covers_every_module_a_search_imports() -> None:
+    # The cache key's code digest is read from the import statements, so the CPU scoring
+    # split off `cost` (and anything split off later) invalidates cached searches when it
+    # changes; a module outside the plan package, or not imported by a search, stays out.
+    import tilec.plan.search as search_mod
+
+    names = {m.__name__.rpartition(".")[2] for m in search_mod.search_modules()}
+    assert {"search", "cost", "cost_cpu", "cost_record", "sweep", "predict", "predict_cpu",
+            "schedule", "trust", "space", "flat", "hw", "layout"} <= names
+    assert "chain" not in names and "fuse" not in names
+    assert all(m.__name__.startswith("tilec.plan.") for m in search_mod.search_modules())

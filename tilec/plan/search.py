@@ -23,7 +23,6 @@ accumulator bytes; then the tile itself, lexicographically smaller first.  A rej
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -215,20 +214,42 @@ def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: 
 _CODE_DIGEST: list[str] = []
 
 
+def search_modules() -> list:
+    """The modules of this package a search's outcome depends on: this one and every module
+    it imports, directly or not, within `tilec.plan` (read from their import statements, so
+    that a module split off later is not left out of the cache's code digest, as the CPU
+    scoring once was)."""
+    import ast
+    import importlib
+
+    package = __name__.rpartition(".")[0]
+    seen: dict[str, object] = {}
+    todo = [__name__]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        module = importlib.import_module(name)
+        seen[name] = module
+        tree = ast.parse(Path(module.__file__).read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.level != 1:
+                continue
+            if node.module:  # from .cost import score
+                todo.append(f"{package}.{node.module}")
+            else:  # from . import cost, flat as flat_mod
+                todo.extend(f"{package}.{a.name}" for a in node.names)
+    return [seen[n] for n in sorted(seen)]
+
+
 def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
                post_inputs: int, limit: int, timed: bool) -> str:
     from dataclasses import fields, replace
 
     from .. import memo
-    from . import cost, gpu_form, local_banks, predict, predict_cpu, schedule, space, trust
-    from . import flat as flat_mod
-    from . import hw as hw_mod
-    from . import layout as layout_mod
 
     if not _CODE_DIGEST:
-        _CODE_DIGEST.append(memo.module_digest(cost, flat_mod, hw_mod, layout_mod, schedule,
-                                               gpu_form, local_banks, predict, predict_cpu, space,
-                                               trust, sys.modules[__name__]))
+        _CODE_DIGEST.append(memo.module_digest(*search_modules()))
     # Tensors named by first appearance and the statement's text left out: a model's repeated
     # layers (the same contraction over other tensors) share one search, whose outcome does
     # not depend on names (a cached outcome is scored again on the contraction asked for).
