@@ -7,13 +7,14 @@ is compared with the numpy reference."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from .codegen.contraction import KernelSource
 from .codegen.generate import _record_tile, generate, packed, split_k
+from .codegen.siblings import merge_siblings
 from .config import Config
 from .errors import Source, TileError
 from .lang import ir
@@ -204,13 +205,16 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
             dtype: str | Mapping[str, str] = "float32", device: str | None = None,
             hw: HwModel | str | None = None, config: Config | None = None,
             validate: bool = False, values: Mapping[str, int] | None = None,
-            reuse: bool = False, progress: Progress | None = None) -> Executable:
+            reuse: bool = False, progress: Progress | None = None,
+            constants: Collection[str] | None = None) -> Executable:
     """Compile a Tile program for inputs of the given shapes (default: the `// shapes:`
     comment) into kernels for one OpenCL device.  `values` fixes 0-d integer inputs that the
     program uses as sizes (a call with another value is refused).  `reuse` keeps the whole
     result (checked program, plan, kernel sources) in the cache directory, so that compiling
     the same program again skips parsing, planning and code generation (`compiled`); graph
-    and model compiles use it.  `progress` is advanced through the stages."""
+    and model compiles use it.  `progress` is advanced through the stages.  `constants`
+    (graph compiles): the inputs bound once, not given each call; independent kernels of
+    the call then share launches where `Config.sibling_launches` allows."""
     config = config or Config()
     if device is not None:
         config = replace(config, device=device)
@@ -222,7 +226,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         model = corrected_model(hw_model_for(hw, config, runtime), load_records(config),
                                 runtime)
         key = compiled.key(source, shapes, dtype, values, config, model, runtime,
-                           _records_digest(config))
+                           _records_digest(config),
+                           None if constants is None else sorted(constants))
         found = compiled.load(config, key)
         if found is not None:
             step(progress, "kernels from the cache", COMPILE_STEPS - 1)
@@ -260,6 +265,12 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
                 workers.close()
             raise
         step(progress, f"generated {len(sources)} kernels")
+        if constants is not None and _siblings(config, model):
+            # A concatenation's operands are written in disjoint slices of its buffer
+            # (`plan.placement`), so their producers may share a launch.
+            sources = merge_siblings(sources, program.inputs, constants,
+                                     {st.root for st in plan.storage.values()}
+                                     - {h.root for h in plan.halos})
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
                          searches=searches, tuned=tuned, workers=workers)
         workers = None
@@ -285,6 +296,13 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         tuned = {}
         if progress is not None:
             progress.add(2)
+
+
+def _siblings(config: Config, model: HwModel) -> bool:
+    """Whether independent kernels may share launches (`Config.sibling_launches`)."""
+    if config.sibling_launches is not None:
+        return config.sibling_launches
+    return model.kind == "cpu"
 
 
 # Steps `compile` reports to a progress bar (check, plan, generate, build).

@@ -63,6 +63,12 @@ class Config:
     # unrolled recurrent layer's steps, a batch-1 tail) run as one kernel of one work-group
     # that takes them in turn, barriers between them (`plan.chain`); False: one launch each.
     chains: bool = True
+    # Independent kernels next to each other (a fire module's two expand convolutions) share
+    # one launch, its work-groups split between them (`codegen.siblings`): a launch costs PoCL
+    # 5.0 on 16 cores 30-60 us.  None: for CPU devices (and CPU hardware models); True /
+    # False: always / never.  Graph and ONNX compiles only (they say which inputs are
+    # constants; a `.tile` compile keeps one kernel a launch).
+    sibling_launches: bool | None = None
     # A chain's repeating stages (a recurrent layer's steps) written as one loop over the
     # passes (`codegen.roll`): the text, and its build, is one step's; False: written out.
     chain_loops: bool = True

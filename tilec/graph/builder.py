@@ -128,7 +128,8 @@ class GraphExecutable:
             return cls(graph, program, None)
         exe = tile_compile(Source(program.source, f"<graph {graph.name}>"), program.shapes,
                            dtype=program.dtypes, device=device, hw=hw, config=config,
-                           validate=validate, reuse=True, progress=progress)
+                           validate=validate, reuse=True, progress=progress,
+                           constants=tuple(program.bound))
         return cls(graph, program, exe)
 
     @property

@@ -39,7 +39,8 @@ def canonical(source: KernelSource, tensors: Container[str]) -> str:
     identifiers renamed in order of first appearance (a `$` marks the new names, which no
     generated identifier contains, so the renaming is one-to-one)."""
     text = _COMMENTS.sub("", source.text)
-    text = re.sub(rf"\b{re.escape(source.name)}\b", "$kernel", text)
+    # The kernel's name, and its parts' where it runs several kernels (`codegen.siblings`).
+    text = re.sub(rf"\b{re.escape(source.name)}(_part\d+)?\b", r"$kernel\1", text)
     alias: dict[str, str] = {}
 
     def rename(m: re.Match) -> str:

@@ -1,0 +1,141 @@
+"""`codegen.siblings`: which kernels share a launch (device-free), the shared kernel's text,
+and compiled graphs on the CPU device with launches shared and not, against numpy with their
+outputs poisoned."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tilec.codegen.kernel_text import KernelArg, KernelSource
+from tilec.codegen.siblings import group_siblings, independent, joinable, merge, varying_tensors
+from tilec.config import Config
+from tilec.graph import ops
+from tilec.graph.builder import Graph
+from tilec.runtime.share import canonical
+
+from ..device import needs_device
+from ..graph_refs import close, run
+
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+
+def kernel(name, reads, writes, *, local=1, groups=4, kind="contraction", body=""):
+    args = tuple(KernelArg(t, "in", "float32", 8) for t in reads) + \
+        tuple(KernelArg(t, "out", "float32", 8) for t in writes)
+    params = [f"__global const float* restrict b_{t}" for t in reads] + \
+        [f"__global float* b_{t}" for t in writes]
+    text = "\n".join([f"/* {name} */",
+                      f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))",
+                      f"void {name}(", ",\n".join(f"    {p}" for p in params) + ")", "{",
+                      "    int grp = get_group_id(0);",
+                      body or f"    b_{writes[0]}[grp] = b_{reads[0]}[grp];", "}", ""])
+    return KernelSource(name, kind, text, args, groups * local, local)
+
+
+def test_independent_kernels_next_to_each_other_are_grouped():
+    s = kernel("k_s", ["x", "w0"], ["s"])
+    e1 = kernel("k_e1", ["s", "w1"], ["cat"])
+    e3 = kernel("k_e3", ["s", "w3"], ["cat"])
+    after = kernel("k_after", ["cat"], ["y"])
+    sources = [s, e1, e3, after]
+    varying = varying_tensors(sources, ["x", "w0", "w1", "w3"], ["w0", "w1", "w3"])
+    assert varying == {"x", "s", "cat", "y"}
+    # The two expands write one buffer: apart only where it is a concatenation's.
+    assert group_siblings(sources, varying, slices={"cat"}) == [[0], [1, 2], [3]]
+    assert group_siblings(sources, varying) == [[0], [1], [2], [3]]
+    assert not independent(s, e1) and not independent(e3, after, {"cat"})
+
+
+def test_what_does_not_join():
+    a = kernel("k_a", ["x"], ["p"])
+    other_size = kernel("k_b", ["x"], ["q"], local=4)
+    barrier = kernel("k_c", ["x"], ["r"], body="    barrier(CLK_GLOBAL_MEM_FENCE);")
+    rows = kernel("k_d", ["x"], ["t"], kind="rows")
+    free = kernel("k_e", ["x"], ["u"], local=1)
+    assert joinable(a) and not joinable(barrier) and not joinable(rows)
+    sources = [a, other_size, barrier, rows, free]
+    assert group_siblings(sources, {"x"}) == [[0], [1], [2], [3], [4]]
+    # A kernel of constants alone is settled once when they are bound: it stays alone.
+    w = kernel("k_w", ["w"], ["wt"])
+    assert group_siblings([a, w], varying_tensors([a, w], ["x", "w"], ["w"])) == [[0], [1]]
+    assert group_siblings([a, free], {"x"}) == [[0, 1]]
+
+
+def test_merged_text_runs_each_part_on_its_own_work_groups():
+    a = kernel("k_a", ["x", "w"], ["p"], groups=3)
+    b = kernel("k_b", ["x", "v"], ["q"], groups=5)
+    m = merge([a, b])
+    assert m.global_size == 8 and m.local_size == 1
+    assert [x.tensor for x in m.args] == ["x", "w", "p", "x", "v", "q"]
+    assert m.text.count("__kernel") == 1 and m.text.count("static inline void") == 2
+    assert "int grp = ((size_t)get_group_id(0) - 0);" in m.text
+    assert "int grp = ((size_t)get_group_id(0) - 3);" in m.text
+    assert re.search(r"if \(g < 3\) siblings_k_a_part0\(a_x, a_w, a_p\);", m.text)
+    assert "else siblings_k_a_part1(c_x, c_v, c_q);" in m.text
+    # Two launches of the same kernels over other tensors are one function (`share`).
+    a2 = kernel("k_a2", ["x2", "w2"], ["p2"], groups=3)
+    b2 = kernel("k_b2", ["x2", "v2"], ["q2"], groups=5)
+    m2 = merge([a2, b2])
+    tensors = {"x", "w", "p", "v", "q", "x2", "w2", "p2", "v2", "q2"}
+    assert canonical(m, tensors) == canonical(m2, tensors)
+    assert canonical(m, tensors) != canonical(merge([b, a]), tensors)
+
+
+def fire_graph(branches: int = 2):
+    """A fire module's shape: a squeeze 1x1 convolution read by `branches` convolutions
+    (1x1 and padded 3x3, alternating) whose outputs are concatenated, then a 1x1
+    convolution of the concatenation."""
+    g = Graph("fire")
+    x = g.input("x", (1, 8, 9, 9))
+    s = ops.relu(ops.conv2d(x, g.constant(rand(6, 8, 1, 1)), g.constant(rand(6))))
+    outs = []
+    for i in range(branches):
+        k = 1 if i % 2 == 0 else 3
+        outs.append(ops.relu(ops.conv2d(s, g.constant(rand(8, 6, k, k)), g.constant(rand(8)),
+                                        padding=k // 2)))
+    cat = ops.concat(outs, axis=1)
+    g.output("y", ops.conv2d(cat, g.constant(rand(4, 8 * branches, 1, 1))))
+    return g, {"x": rand(1, 8, 9, 9)}
+
+
+@needs_device
+@pytest.mark.parametrize("branches", [2, 3])
+def test_fire_module_shares_launches_on_the_cpu(branches):
+    g, arrays = fire_graph(branches)
+    want = g.evaluate(**arrays)
+    exes = {}
+    for on in (False, True):
+        exe, outs = run(g, arrays, passes=True, config=Config(
+            device="Portable", sibling_launches=on, use_disk_cache=False, chains=False))
+        close(outs["y"], want["y"], rtol=1e-4)
+        exes[on] = exe
+    off, on = exes[False].executable, exes[True].executable
+    merged = [k for k in on.kernels if k.name.startswith("siblings_")]
+    assert len(merged) == 1 and len(on.kernels) == len(off.kernels) - (branches - 1)
+    # What is bound once stays settled at bind in both.
+    assert set(on.hoisted) == set(off.hoisted)
+    # Another input, another call: the shared launch computes it, not the last call's values.
+    other = {"x": rand(1, 8, 9, 9)}
+    close(exes[True].run(other)["y"], g.evaluate(**other)["y"], rtol=1e-4)
+
+
+@needs_device
+def test_a_tile_compile_keeps_one_kernel_a_launch():
+    # `.tile` programs say nothing of constants: their kernels keep their own launches, so
+    # `tilec compile -o` writes the kernels as they were searched.
+    import tilec
+
+    src = """function (X[N, C], W1[C, D], W2[C, D]) -> (A, B) {
+      A[n, d : N, D] = +(X[n, c] * W1[c, d]);
+      B[n, d : N, D] = +(X[n, c] * W2[c, d]);
+    }"""
+    exe = tilec.compile(src, {"X": (8, 16), "W1": (16, 32), "W2": (16, 32)},
+                        config=Config(device="Portable", use_disk_cache=False))
+    assert not any(k.name.startswith("siblings_") for k in exe.kernels)
