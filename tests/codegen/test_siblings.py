@@ -53,6 +53,26 @@ def test_independent_kernels_next_to_each_other_are_grouped():
     assert not independent(s, e1) and not independent(e3, after, {"cat"})
 
 
+def test_branches_emitted_whole_are_grouped_by_depth():
+    # An inception block: four branches from x, emitted one after another; the heads share a
+    # launch, then the second steps, each moved only past kernels it does not depend on.
+    b1 = kernel("k_b1", ["x", "w1"], ["cat"])
+    b2a = kernel("k_b2a", ["x", "w2"], ["t2"])
+    b2b = kernel("k_b2b", ["t2", "w3"], ["cat"])
+    b3a = kernel("k_b3a", ["x", "w4"], ["t3"])
+    b3b = kernel("k_b3b", ["t3", "w5"], ["cat"])
+    b4a = kernel("k_b4a", ["x"], ["t4"])
+    b4b = kernel("k_b4b", ["t4", "w6"], ["cat"])
+    tail = kernel("k_tail", ["cat"], ["y"])
+    sources = [b1, b2a, b2b, b3a, b3b, b4a, b4b, tail]
+    varying = varying_tensors(sources, ["x"] + [f"w{i}" for i in range(1, 7)],
+                              [f"w{i}" for i in range(1, 7)])
+    assert group_siblings(sources, varying, {"cat"}) == [[0, 1, 3, 5], [2, 4, 6], [7]]
+    # A kernel that reads what one it would pass writes stays behind it.
+    late = kernel("k_late", ["t2"], ["z"])
+    assert group_siblings([b2a, b2b, late], varying | {"t2"}, {"cat"}) == [[0], [1, 2]]
+
+
 def test_what_does_not_join():
     a = kernel("k_a", ["x"], ["p"])
     other_size = kernel("k_b", ["x"], ["q"], local=4)
@@ -61,7 +81,8 @@ def test_what_does_not_join():
     free = kernel("k_e", ["x"], ["u"], local=1)
     assert joinable(a) and not joinable(barrier) and not joinable(rows)
     sources = [a, other_size, barrier, rows, free]
-    assert group_siblings(sources, {"x"}) == [[0], [1], [2], [3], [4]]
+    # The last kernel joins the first, moved past three it does not depend on.
+    assert group_siblings(sources, {"x"}) == [[0, 4], [1], [2], [3]]
     # A kernel of constants alone is settled once when they are bound: it stays alone.
     w = kernel("k_w", ["w"], ["wt"])
     assert group_siblings([a, w], varying_tensors([a, w], ["x", "w"], ["w"])) == [[0], [1]]

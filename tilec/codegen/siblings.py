@@ -1,4 +1,4 @@
-"""Sibling kernels: independent kernels next to each other in launch order run as one launch.
+"""Sibling kernels: independent kernels close together in launch order run as one launch.
 
 A launch costs a CPU device's driver more than many of a model's kernels take to run: PoCL
 5.0's CPU driver on a 16-core Xeon spends 30 us on a launch of one empty work-group and
@@ -16,8 +16,9 @@ own count).  Generated kernels are one-dimensional, so nothing else changes.
 
 Which kernels join: kernels on a CPU device that read no local memory and need no barrier
 (contraction and elementwise kernels; rows, attention and chains stay alone), with the same
-fixed work-group size, next to each other in launch order, none writing a tensor another of
-the group reads or writes.  Each must read a tensor that changes between calls (derived from
+fixed work-group size, none writing a tensor another of the group reads or writes, close
+together in launch order: a later kernel joins where it may run before the kernels it is
+moved past (`group_siblings`).  Each must read a tensor that changes between calls (derived from
 an input that is not a constant): a kernel of constants alone is settled once when the
 constants are bound (`runtime.launch.hoistable`), which a launch shared with a kernel of the
 call would prevent."""
@@ -32,6 +33,9 @@ from .kernel_text import KernelArg, KernelSource
 
 # Most kernels one launch runs: the wrapper's branches and the program's text grow with them.
 MAX_MEMBERS = 8
+# How far past a group's first kernel later kernels are looked for (a model's launch order
+# keeps siblings close; the search is quadratic in it).
+LOOKAHEAD = 24
 # The wrapper's argument prefixes, one a member (the members' own arguments are `b_`).
 _LETTERS = "acdefhjk"
 # A kernel's signature as `macros.signature` writes it: the attribute, the name, the arguments.
@@ -75,20 +79,33 @@ def varying_tensors(sources: Sequence[KernelSource], inputs: Collection[str],
 
 def group_siblings(sources: Sequence[KernelSource], varying: Collection[str],
                    slices: Collection[str] = ()) -> list[list[int]]:
-    """Runs of adjacent kernels that can share a launch (indices into `sources`, in order;
-    runs of one where nothing joins)."""
+    """Groups of kernels that share a launch, in the order they run (indices into
+    `sources`; groups of one where nothing joins).  A group starts at the first kernel not
+    yet placed and takes the later ones (up to `LOOKAHEAD` on) that can join it and can run
+    before every kernel they are moved past: an inception block's four branch heads, read
+    from one input, form one group and their second convolutions the next, though each
+    branch was emitted whole."""
+    def ok(s: KernelSource) -> bool:
+        return joinable(s) and any(x.tensor in varying for x in s.args if x.role == "in")
+
+    left = list(range(len(sources)))
     groups: list[list[int]] = []
-    for i, s in enumerate(sources):
-        ok = joinable(s) and any(x.tensor in varying for x in s.args if x.role == "in")
-        if groups and ok and len(groups[-1]) < MAX_MEMBERS:
-            run = [sources[j] for j in groups[-1]]
-            head = run[0]
-            if joinable(head) and head.local_size == s.local_size \
-                    and any(x.tensor in varying for x in head.args if x.role == "in") \
-                    and all(independent(m, s, slices) for m in run):
-                groups[-1].append(i)
-                continue
-        groups.append([i])
+    while left:
+        head = left.pop(0)
+        group = [head]
+        if ok(sources[head]):
+            passed: list[int] = []  # kernels the group's later members were moved past
+            for j in left[:LOOKAHEAD]:
+                s = sources[j]
+                if len(group) < MAX_MEMBERS and ok(s) \
+                        and s.local_size == sources[head].local_size \
+                        and all(independent(sources[m], s, slices) for m in group) \
+                        and all(independent(sources[k], s) for k in passed):
+                    group.append(j)
+                else:
+                    passed.append(j)
+            left = [k for k in left if k not in group]
+        groups.append(group)
     return groups
 
 
@@ -168,5 +185,5 @@ def merge_siblings(sources: Sequence[KernelSource], inputs: Collection[str],
             for g in group_siblings(sources, varying, slices)]
 
 
-__all__ = ["MAX_MEMBERS", "group_siblings", "independent", "joinable", "merge",
+__all__ = ["LOOKAHEAD", "MAX_MEMBERS", "group_siblings", "independent", "joinable", "merge",
            "merge_siblings", "varying_tensors"]
