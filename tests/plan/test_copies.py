@@ -35,9 +35,20 @@ BROADCAST = """function (X[N]) -> (O) {
   T[i : N] = =(X[i]);
   O[i, j : N, 3] = =(T[i]);
 }"""
-CASES = {"heads": (HEADS, {"X": (2, 5, 32)}), "slice": (SLICE, {"X": (9, 4)}),
+# A pooled NHWC tail read back as NCHW, then flattened: size-1 axes written and read at 0.
+TAIL = """function (X[N, H, W, C]) -> (O) {
+  T[0, c, 0, 0 : 1, C, 1, 1] = =(X[0, 0, 0, c]);
+  O[0, c : 1, C] = =(T[0, c, 0, 0]);
+}"""
+# T holds X at row 0 only; O copies every row of T (zeros past row 0).
+ROW = """function (X[N]) -> (O) {
+  T[0, i : 3, N] = =(X[i]);
+  O[r, i : 3, N] = =(T[r, i]);
+}"""
+CASES = {"heads": (HEADS, {"X": (2, 5, 32)}), "row": (ROW, {"X": (4,)}),
+         "slice": (SLICE, {"X": (9, 4)}),
          "pad": (PAD, {"X": (6,)}), "strided": (STRIDED, {"X": (5, 7)}),
-         "broadcast": (BROADCAST, {"X": (6,)})}
+         "broadcast": (BROADCAST, {"X": (6,)}), "tail": (TAIL, {"X": (1, 1, 1, 12)})}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -60,6 +71,16 @@ def test_left_alone_when_read_twice_or_returned():
     src = """function (X[N]) -> (T, O) {
   T[i : N] = =(X[i]);
   O[i : N] = =(T[i]);
+}"""
+    p = check_program(src, {"X": (4,)}, "float32")
+    assert compose_copies(p) is p
+
+
+def test_a_constant_axis_composes_only_where_read_at_the_same_constant():
+    # Read back at another constant than written: nothing there but zeros.
+    src = """function (X[N]) -> (O) {
+  T[0, i : 3, N] = =(X[i]);
+  O[i : N] = =(T[1, i]);
 }"""
     p = check_program(src, {"X": (4,)}, "float32")
     assert compose_copies(p) is p

@@ -109,17 +109,22 @@ def _compose(first: ir.Contraction, second: ir.Contraction, shape: tuple[int, ..
     r = tuple(_subst(p, rename) for p in first.inputs[0].idx)
     c1 = [ir.Constraint(_subst(c.poly, rename), c.bound) for c in first.constraints]
     g = second.inputs[0].idx
-    plain_w = plain_indices(w)
+    # Axes where second reads T at the constant first wrote it at (a size-1 axis, the 0 of
+    # `T[0, c, 0, 0]` written and read back) carry no index: the rest must be plain.
+    axes = [k for k, (a, b) in enumerate(zip(w, g, strict=True))
+            if not (a.is_constant and b.is_constant and a == b)]
+    wk, gk = tuple(w[k] for k in axes), tuple(g[k] for k in axes)
+    plain_w = plain_indices(wk)
     if plain_w is not None and not c1 and set(p for q in r for p, _ in q.terms) <= set(plain_w):
-        env = dict(zip(plain_w, g, strict=True))
+        env = dict(zip(plain_w, gk, strict=True))
         inputs = (ir.Access(first.inputs[0].tensor, tuple(_subst(p, env) for p in r)),)
         out_idx = second.out_idx
         cons = list(second.constraints) + _bounds(g, shape, out_idx, out_shape)
     else:
-        plain_g = plain_indices(g)
+        plain_g = plain_indices(gk)
         if plain_g is None:
             return None
-        env = dict(zip(plain_g, w, strict=True))
+        env = dict(zip(plain_g, wk, strict=True))
         out_idx = tuple(_subst(p, env) for p in second.out_idx)
         inputs = (ir.Access(first.inputs[0].tensor, r),)
         cons = c1 + [ir.Constraint(_subst(c.poly, env), c.bound)
