@@ -33,9 +33,12 @@ def test_stored_by_platform_device_and_driver(tmp_path):
     assert calibrate.remember(INFO, cal(), path)
     assert calibrate.stored(INFO, path) == cal()
     other = cal(muladd="fma")
+    # ... and by its compute units: PoCL's CPU driver at POCL_CPU_MAX_CU_COUNT=8 is not the
+    # 16-thread device it was calibrated as.
     for changed in (dataclasses.replace(INFO, driver="3.2"),
                     dataclasses.replace(INFO, platform_version="OpenCL 3.0 PoCL 3.0"),
-                    dataclasses.replace(INFO, name="gpu")):
+                    dataclasses.replace(INFO, name="gpu"),
+                    dataclasses.replace(INFO, compute_units=8)):
         assert calibrate.stored(changed, path) is None
         calibrate.remember(changed, other, path)
         assert calibrate.stored(changed, path) == other

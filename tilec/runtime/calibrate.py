@@ -64,7 +64,7 @@ def calibrated_path() -> Path:
 def _key(info: Any) -> str:
     from .. import memo
 
-    return memo.digest("calibrate", FORMAT, *info.key)
+    return memo.digest("calibrate", FORMAT, *info.facts_key)
 
 
 def stored(info: Any, path: Path | None = None) -> Calibration | None:

@@ -84,7 +84,7 @@ def key(source: Any, shapes: Mapping[str, Sequence[int]] | None, dtype: Any,
     norm_dtype = dtype if isinstance(dtype, str) else sorted(dtype.items())
     return memo.digest("compiled", FORMAT, code_digest(), text, name, norm_shapes, norm_dtype,
                        sorted((values or {}).items()), sorted(settings.items()), repr(model),
-                       runtime.info.key, runtime.max_wg, runtime.vector_limit, *extra)
+                       runtime.info.facts_key, runtime.max_wg, runtime.vector_limit, *extra)
 
 
 def load(config: Config, k: str) -> Compiled | None:

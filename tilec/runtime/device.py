@@ -38,6 +38,9 @@ class DeviceInfo:
     version: str
     driver: str
     kind: str  # "gpu", "cpu" or "other"
+    # Compute units as the driver reports them now: PoCL's CPU driver takes its thread count
+    # from POCL_CPU_MAX_CU_COUNT, so one CPU can be 16 units in one process and 8 in another.
+    compute_units: int = 0
 
     @property
     def label(self) -> str:
@@ -47,6 +50,13 @@ class DeviceInfo:
     def key(self) -> tuple[str, ...]:
         """What a compiled binary depends on."""
         return (self.platform, self.platform_version, self.name, self.version, self.driver)
+
+    @property
+    def facts_key(self) -> tuple[str, ...]:
+        """What measured facts (calibration) and the tiles chosen from them depend on: the
+        binary's key and the compute units (peak rate, launch cost and the best tile of a
+        16-thread PoCL are not an 8-thread one's)."""
+        return (*self.key, str(self.compute_units))
 
 
 def all_devices() -> list:
@@ -72,7 +82,8 @@ def describe(device) -> DeviceInfo:
     kind = "gpu" if t & cl.device_type.GPU else "cpu" if t & cl.device_type.CPU else "other"
     p = device.platform
     return DeviceInfo(p.name.strip(), p.version.strip(), device.name.strip(),
-                      device.version.strip(), device.driver_version.strip(), kind)
+                      device.version.strip(), device.driver_version.strip(), kind,
+                      int(device.max_compute_units))
 
 
 def _several_kinds(device) -> bool:
