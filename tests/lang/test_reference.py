@@ -340,6 +340,40 @@ def test_fast_path_is_taken(case):
             assert plan_fast(o, prog.tensors, index_bounds(o, prog.tensors)) is not None
 
 
+STRIDED = """function (K[KH, KW, CI, CO], V[N]) -> (P, T, R, B, S, C, G) {
+  P[po, k0, k1, ci, pi : 3, KH, KW, CI, 4] = =(K[k0, k1, ci, 4*po + pi]);
+  T[co, ci, k0, k1 : CO, CI, KH, KW] = =(K[k0, k1, ci, co]);
+  R[i : N] = =(V[N - 1 - i]);
+  B[i, j : N, 3] = =(V[i]);
+  S[i : 3] = =(V[2*i + 1]);
+  C[i : N] = =(V[i]), i < 4;
+  G[i : N + 2] = =(V[i]);
+}"""
+
+
+def test_copies_as_one_strided_view():
+    # Panels, transposes, reversals, broadcasts and strided slices take the strided copy and
+    # agree with the generic path; a constraint, or an output the input does not cover,
+    # does not take it.
+    from tilec.lang.reference_paths import strided_copy
+
+    prog = check_program(STRIDED, {"K": (3, 2, 5, 12), "V": (7,)}, "float32")
+    rng = np.random.default_rng(4)
+    arrays = {"K": rng.standard_normal((3, 2, 5, 12)).astype(np.float32),
+              "V": rng.standard_normal(7).astype(np.float32)}
+    taken = {o.output: strided_copy(o, prog.tensors, arrays, index_bounds(o, prog.tensors))
+             is not None for o in prog.ops}
+    assert taken == {"P": True, "T": True, "R": True, "B": True, "S": True, "C": False,
+                     "G": False}
+    got = evaluate_program(prog, arrays)
+    want = evaluate_program(prog, arrays, path="generic")
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+        assert got[k].flags.c_contiguous and got[k].flags.writeable
+    np.testing.assert_array_equal(got["R"], arrays["V"][::-1])
+    np.testing.assert_array_equal(got["P"][1, :, :, :, 2], arrays["K"][..., 6])
+
+
 def test_conv_coupled_indices_are_the_kernel_window():
     prog = conv_program(1, 5, 2, 2)
     c = prog.ops[0]

@@ -15,7 +15,15 @@ import numpy as np
 from ..errors import TileCheckError
 from . import ir
 from .builtins import prng_values
-from .reference_paths import acc_dtype, fast, generic, identity, index_bounds, plan_fast
+from .reference_paths import (
+    acc_dtype,
+    fast,
+    generic,
+    identity,
+    index_bounds,
+    plan_fast,
+    strided_copy,
+)
 
 __all__ = ["NP_DTYPES", "evaluate_program", "evaluate_contraction", "evaluate_expr",
            "index_bounds"]
@@ -78,6 +86,10 @@ def evaluate_contraction(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
         if name not in env:
             raise TileCheckError(f"{name} is read before it is written", span=op.span)
     bounds = index_bounds(op, tensors)
+    if path != "generic":
+        view = strided_copy(op, tensors, env, bounds)
+        if view is not None:
+            return np.array(_cast(view, out.dtype), order="C")
     dt = acc_dtype(op, tensors)
     acc = np.full(out.shape, identity(op.agg, dt), dtype=dt)
     covered = np.zeros(out.shape, dtype=bool)
