@@ -16,6 +16,7 @@ from ..lang import ir
 from ..plan.halo import Halo
 from .device import Runtime, event_seconds
 from .memory import MemoryPlan
+from .transpose import contiguous
 
 NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
       "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
@@ -282,8 +283,7 @@ class Launcher:
             a = a.astype(NP[s.dtype], copy=False)
             if s.dtype == "bool":
                 a = a.astype(np.uint8)
-            # ascontiguousarray makes a 0-d scalar 1-d: keep the declared shape.
-            out[name] = np.ascontiguousarray(a).reshape(a.shape)
+            out[name] = contiguous(a)
         extra = set(arrays) - set(self.inputs)
         if extra:
             raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
