@@ -50,7 +50,8 @@ def joinable(source: KernelSource) -> bool:
     """Whether a kernel can be a part of a shared launch: a fixed work-group size, one kernel
     function in the form the generators write, no local memory and no barrier."""
     text = source.text
-    return (source.local_size is not None and source.kind in ("contraction", "elementwise")
+    return (source.local_size is not None and source.global_size % source.local_size == 0
+            and source.kind in ("contraction", "elementwise")
             and "__local" not in text and "barrier(" not in text
             and len(_SIGNATURE.findall(text)) == 1)
 
