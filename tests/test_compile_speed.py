@@ -143,15 +143,21 @@ def test_no_disk_cache_keeps_no_compiles(tmp_path):
 
 
 def test_the_key_follows_what_is_compiled():
-    class Info:
-        key = ("platform", "1.0", "device", "1.0", "driver")
+    from dataclasses import replace
+
+    from tilec.runtime.device import DeviceInfo
 
     class Rt:
-        info, max_wg, vector_limit = Info(), 256, 16
+        info = DeviceInfo("platform", "1.0", "device", "1.0", "driver", "cpu", 16)
+        max_wg, vector_limit = 256, 16
+
+    class Fewer(Rt):  # the same CPU driven by 8 threads (POCL_CPU_MAX_CU_COUNT=8)
+        info = replace(Rt.info, compute_units=8)
 
     base = dict(source="function (A[N]) -> (B) { B = A; }", shapes={"A": (4,)},
                 dtype="float32", values=None, config=Config(), model="hw", runtime=Rt())
     k = compiled.key(**base)
+    assert k != compiled.key(**{**base, "runtime": Fewer()})
     assert k == compiled.key(**{**base, "config": Config(cache_dir="/elsewhere", rtol=0.1)})
     assert k != compiled.key(**{**base, "shapes": {"A": (5,)}})
     assert k != compiled.key(**{**base, "config": Config(row_fusion=False)})
