@@ -355,7 +355,7 @@ def test_copies_as_one_strided_view():
     # Panels, transposes, reversals, broadcasts and strided slices take the strided copy and
     # agree with the generic path; a constraint, or an output the input does not cover,
     # does not take it.
-    from tilec.lang.reference_paths import strided_copy
+    from tilec.lang.reference_copy import strided_copy
 
     prog = check_program(STRIDED, {"K": (3, 2, 5, 12), "V": (7,)}, "float32")
     rng = np.random.default_rng(4)

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import TileCheckError
 from . import ir
 from .builtins import prng_values
+from .reference_copy import strided_copy
 from .reference_paths import (
     acc_dtype,
     fast,
@@ -22,7 +23,6 @@ from .reference_paths import (
     identity,
     index_bounds,
     plan_fast,
-    strided_copy,
 )
 
 __all__ = ["NP_DTYPES", "evaluate_program", "evaluate_contraction", "evaluate_expr",

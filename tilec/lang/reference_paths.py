@@ -276,53 +276,6 @@ class FastPlan:
     free: tuple[str, ...]  # vectorised; each row holds at most one of them after fixing `coupled`
 
 
-def strided_copy(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
-                 arrays: Mapping[str, np.ndarray],
-                 bounds: Mapping[str, tuple[int, int]]) -> np.ndarray | None:
-    """A copy that reads its input at affine offsets of the output's own indices (a
-    transpose, a filter relaid in panels, a slice) as one strided view of the input, copied
-    once (the caller casts it); None where that is not the copy (constraints, a default, an
-    output index that is not one plain index over its whole axis, a read outside the
-    input).  Filters relaid in panels when a model's weights are bound took most of a warm
-    load through the general paths."""
-    if op.agg != "=" or op.comb is not None or len(op.inputs) != 1 or op.constraints \
-            or op.default is not None:
-        return None
-    out = tensors[op.output]
-    names = []
-    for p, n in zip(op.out_idx, out.shape, strict=True):
-        if len(p.terms) != 1 or p.terms[0][1] != 1 or p.const != 0:
-            return None
-        name = p.terms[0][0]
-        if name in names or tuple(bounds.get(name, (0, -1))) != (0, n - 1):
-            return None
-        names.append(name)
-    acc = op.inputs[0]
-    src = np.asarray(arrays[acc.tensor])
-    shape = tensors[acc.tensor].shape
-    if src.shape != tuple(shape):
-        return None
-    strides = dict.fromkeys(names, 0)
-    for p, n, st in zip(acc.idx, shape, src.strides, strict=True):
-        if p.const.denominator != 1 or any(c.denominator != 1 or k not in strides
-                                           for k, c in p.terms):
-            return None
-        lo = hi = int(p.const)
-        for k, c in p.terms:
-            a, b = int(c) * bounds[k][0], int(c) * bounds[k][1]
-            lo, hi = lo + min(a, b), hi + max(a, b)
-            strides[k] += int(c) * st
-        if lo < 0 or hi > n - 1:
-            return None
-    if src.size == 0:
-        return None
-    # A view starting at the element the output's first element reads.
-    start = src[tuple(slice(int(p.const), int(p.const) + 1) for p in acc.idx)]
-    return np.lib.stride_tricks.as_strided(start, shape=tuple(out.shape),
-                                           strides=tuple(strides[k] for k in names),
-                                           writeable=False)
-
-
 def plan_fast(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
               bounds: Mapping[str, tuple[int, int]]) -> FastPlan | None:
     """Pick the cheapest set of indices to enumerate so that every row keeps at most one free
