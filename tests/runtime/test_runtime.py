@@ -142,3 +142,24 @@ def test_kernel_times_read_from_the_last_calls_events_when_asked(monkeypatch):
     exe.run(arrays, repeat=3)
     assert len(exe.last_timings) == len(exe.kernels)
     assert len(reads) == 4 * len(exe.kernels)  # three rounds, their medians
+
+
+@needs_device
+def test_calls_queue_their_copies_with_their_kernels():
+    # Inputs go up and outputs come down in the kernels' queue (no blocking copies): each
+    # call returns its own inputs' results, a call refused for a missing input leaves the
+    # queue as it was, and the arrays returned are the caller's to keep.
+    import numpy as np
+
+    exe = tilec.compile("function (A[N], B[N]) -> (C) { C = A * B + 1; }", {"A": (64,), "B": (64,)})
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    first = exe.run({"A": a, "B": b}, poison=True)["C"]
+    second = exe.run({"A": b, "B": a * 2}, poison=True)["C"]
+    np.testing.assert_allclose(first, a * b + 1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(second, b * a * 2 + 1, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TileError, match="no array given for input B"):
+        exe.run({"A": a})
+    third = exe.run({"A": a, "B": b})["C"]
+    np.testing.assert_allclose(third, first, rtol=0)
+    np.testing.assert_allclose(first, a * b + 1, rtol=1e-5, atol=1e-6)  # not overwritten later

@@ -287,6 +287,7 @@ class Runtime:
         self._caches: dict[tuple, ProgramCache] = {}
         self._caches_lock = threading.Lock()
         self.cache = self.cache_for(None)
+        self._pending: list = []  # events of copies queued without a wait (`finish` drops)
 
     @staticmethod
     @functools.cache
@@ -380,13 +381,22 @@ class Runtime:
             raise DeviceError(f"cannot allocate {nbytes} bytes on {self.info.label}: {e}") \
                 from None
 
-    def upload(self, buf, array: np.ndarray) -> None:
-        self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array))
+    def upload(self, buf, array: np.ndarray, wait: bool = True) -> None:
+        """Copy `array` into `buf`; `wait` False: queued behind what is queued already (the
+        array must stay unchanged until the next `finish`)."""
+        ev = self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array),
+                                  is_blocking=wait)
+        if not wait:
+            self._pending.append(ev)
 
-    def download(self, buf, shape: tuple[int, ...], dtype) -> np.ndarray:
+    def download(self, buf, shape: tuple[int, ...], dtype, wait: bool = True) -> np.ndarray:
+        """`buf`'s contents as a new array; `wait` False: the copy is queued and the array
+        holds them after the next `finish`."""
         out = np.empty(shape, dtype=dtype)
         if out.size:
-            self.cl.enqueue_copy(self.queue, out, buf)
+            ev = self.cl.enqueue_copy(self.queue, out, buf, is_blocking=wait)
+            if not wait:
+                self._pending.append(ev)
         return out
 
     def fill(self, buf, value: np.ndarray, nbytes: int) -> None:
@@ -406,6 +416,9 @@ class Runtime:
 
     def finish(self) -> None:
         self.queue.finish()
+        # pyopencl's events of copies queued without a wait hold their host arrays, and wait
+        # for the copy when dropped: kept until here, where dropping them costs nothing.
+        self._pending.clear()
 
 
 def _driver_caches_builds(device) -> bool:

@@ -203,11 +203,14 @@ class Launcher:
         `poison` fills every buffer the kernels write with NaN (or a pattern) first."""
         given = self._inputs(arrays, partial=bool(self._bound))
         rt = self.runtime
+        # A call's copies ride in the queue with its kernels, not as blocking commands of
+        # their own: each wait for a blocking copy is a round trip to the driver's threads.
         for name, arr in given.items():
-            rt.upload(self._buffer(name), arr)
+            rt.upload(self._buffer(name), arr, wait=False)
         prepared = {**self._bound, **given}
         missing = [n for n in self.inputs if n not in prepared]
         if missing:
+            rt.finish()
             s = self.specs[missing[0]]
             raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
         # A value given for a bound input replaces the binding (its buffer holds it now), and
@@ -219,18 +222,24 @@ class Launcher:
             for name in self.specs:
                 if name not in self.inputs and name not in kept:
                     self._poison(name)
+        outs: dict[str, np.ndarray] = {}
+
+        def download() -> None:
+            for name in self.outputs:
+                if name not in self.specs:  # an output that is an input passed straight through
+                    outs[name] = prepared[name].copy()
+                    continue
+                s = self.specs[name]
+                outs[name] = rt.download(self._buffer(name), s.shape,
+                                         np.uint8 if s.dtype == "bool" else NP[s.dtype],
+                                         wait=False)
+
         self._last_events = self._launch([k for k in self.kernels if k.name not in skip],
-                                         repeat)
+                                         repeat, download)
         self._last_times = None
-        outs = {}
         for name in self.outputs:
-            if name not in self.specs:  # an output that is an input passed straight through
-                outs[name] = prepared[name].copy()
-                continue
-            s = self.specs[name]
-            raw = rt.download(self._buffer(name), s.shape,
-                              np.uint8 if s.dtype == "bool" else NP[s.dtype])
-            outs[name] = raw.astype(np.bool_) if s.dtype == "bool" else raw
+            if name in self.specs and self.specs[name].dtype == "bool":
+                outs[name] = outs[name].astype(np.bool_)
         if self.validate:
             self.last_validation = self.check(prepared, outs)
             if not self.last_validation.ok:
@@ -245,14 +254,15 @@ class Launcher:
             self._last_times = medians(self._last_events)
         return self._last_times
 
-    def _launch(self, kernels: list[KernelInfo],
-                repeat: int) -> list[list[tuple[str, object]]]:
+    def _launch(self, kernels: list[KernelInfo], repeat: int,
+                then: Callable[[], None] | None = None) -> list[list[tuple[str, object]]]:
         """Launch `kernels` in order `repeat` times, waiting for each round; each round's
-        (kernel, event) pairs (`medians` reads them)."""
+        (kernel, event) pairs (`medians` reads them).  `then` queues more commands after the
+        last round's kernels, before its wait (a call's downloads)."""
         self._prepare(kernels)
         rt = self.runtime
         rounds = []
-        for _ in range(max(1, repeat)):
+        for r in range(max(1, repeat)):
             events = []
             for k in kernels:
                 args = [self._buffer(a) for a in k.args]
@@ -263,6 +273,8 @@ class Launcher:
                 self._args_set[k.name] = args
                 events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
                                                  k.local_size, None if same else args)))
+            if then is not None and r == max(1, repeat) - 1:
+                then()
             rt.finish()
             rounds.append(events)
         return rounds
