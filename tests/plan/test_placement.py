@@ -289,3 +289,43 @@ def test_operand_also_read_directly_and_concatenation_an_output():
     }}"""
     exe = run_case(text, {}, hw="nvidia-h100")
     assert exe.plan.storage["Y"] == Storage("Cat", 4, (18, 6, 1))
+
+
+# Reshapes that keep every element at its offset: a pooled NHWC tail flattened (size-1 axes
+# at 0) and a transpose that moves only a size-1 axis (a batch-1 attention's [1, T, C] ->
+# [T, 1, C]); the operands' producers write the outputs' buffers, the copies go.
+RESHAPES = """function (X[1, 3, 3, 8], K[8, 5]) -> (O, Q) {
+  P[n, 0, 0, c : 1, 1, 1, 8] = +(X[n, h, w, c]);
+  A = P / 9.0;
+  O[n, c : 1, 8] = =(A[n, 0, 0, c]);
+  M[n, h, d : 1, 3, 5] = +(X[n, h, w, c] * K[c, d]);
+  R = relu(M);
+  Q[h, n, d : 3, 1, 5] = =(R[n, h, d]);
+}"""
+# Not reshapes in place: a real transpose, an operand read twice, a read past an axis's end
+# whose flat offsets agree (X[0, k] for k >= 3 is outside X: zeros, not X[1, k - 3]).
+NOT_RESHAPES = """function (X[2, 3], Y[4, 6]) -> (T, U, V, W) {
+  S = X * 2.0;
+  T[j, i : 3, 2] = =(S[i, j]);
+  E = exp(Y);
+  U[a, b, j : 2, 2, 6] = =(E[2*a + b, j]);
+  V = E + 1.0;
+  G = X + 1.0;
+  W[k : 6] = =(G[0, k]);
+}"""
+
+
+def test_reshapes_are_placed_in_their_outputs():
+    p = place(program(RESHAPES, {"X": (1, 3, 3, 8), "K": (8, 5)}))
+    assert p.storage["A"] == Storage("O", 0, (8, 8, 8, 1))
+    assert p.storage["R"] == Storage("Q", 0, (15, 5, 1))
+    assert not any(getattr(op, "output", None) in ("O", "Q") for op in p.ops)
+    q = place(program(NOT_RESHAPES, {"X": (2, 3), "Y": (4, 6)}))
+    assert not set(q.storage) & {"S", "E", "G"}
+
+
+@needs_device
+def test_reshapes_in_place_against_the_reference():
+    exe = run_case(RESHAPES, {"X": (1, 3, 3, 8), "K": (8, 5)}, device="Portable")
+    assert len(exe.kernels) == 2
+    exe = run_case(NOT_RESHAPES, {"X": (2, 3), "Y": (4, 6)}, device="Portable")

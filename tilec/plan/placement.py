@@ -191,8 +191,6 @@ def place(program: ir.Program, blocked: Iterable[str] = (), skip: Iterable[str] 
     concatenations named in `skip` keep their copies."""
     skip = set(skip)
     concats = [c for c in find_concats(program) if c.output not in skip]
-    if not concats:
-        return Placement(program.ops, program.tensors)
     blocked = set(blocked) | set(program.inputs) | set(program.outputs)
     tensors = dict(program.tensors)
     reads = readers(program)
@@ -246,14 +244,76 @@ def place(program: ir.Program, blocked: Iterable[str] = (), skip: Iterable[str] 
             extra.setdefault(c.links[k], []).append(stmt)
             copied.append(operand)
             copies[copy] = c.output
+    dropped = set()
+    for i, operand in _reshapes(program, storage, blocked | concat_out, reads, writable, skip):
+        storage[operand] = Storage(program.ops[i].output, 0, tensors[operand].strides)
+        dropped.add(i)
+    if not concats and not dropped:
+        return Placement(program.ops, program.tensors)
     ops: list[ir.Statement] = []
     for i, op in enumerate(program.ops):
         if i in link_of:
             ops += extra.get(i, [])
-        else:
+        elif i not in dropped:
             ops.append(op)
     return Placement(tuple(ops), tensors, storage, tuple(concats), tuple(views), tuple(copied),
                      copies)
+
+
+def _reshapes(program: ir.Program, storage: Mapping[str, Storage], blocked: set[str],
+              reads, writable, skip: set[str]) -> list[tuple[int, str]]:
+    """Copies that keep every element at its offset (a reshape: `O[0, c] = =(X[0, 0, 0, c])`,
+    `O[t, 0, c] = =(X[0, t, c])`) whose operand can live in the output's buffer instead: the
+    operand's producer then writes the output's memory and the copy goes.  The operand must
+    be read by the copy alone, be written by a statement of its own and be placed nowhere
+    else; the output must not be placed itself nor hold other tensors."""
+    tensors = program.tensors
+    roots = {s.root for s in storage.values()}
+    out = []
+    for i, op in enumerate(program.ops):
+        if not isinstance(op, ir.Contraction) or op.agg != "=" or op.comb is not None or \
+                len(op.inputs) != 1 or op.constraints or op.default is not None:
+            continue
+        x, o = op.inputs[0].tensor, op.output
+        src, dst = tensors[x], tensors[o]
+        if src.shape == dst.shape or src.size != dst.size or src.dtype != dst.dtype or \
+                o in skip or x in blocked or x in storage or x in roots or o in storage or \
+                o in roots or o in program.inputs or x == o or \
+                [r for r, _ in reads[x]] != [i] or not writable(x):
+            continue
+        if _same_offsets(op, src, dst):
+            out.append((i, x))
+            roots |= {o, x}
+    return out
+
+
+def _same_offsets(op: ir.Contraction, src: ir.Tensor, dst: ir.Tensor) -> bool:
+    """Whether the copy reads, for each output element, the operand's element at the same
+    row-major offset, inside the operand's bounds."""
+    size = {}  # output index -> its range
+    for p, n, st in zip(op.out_idx, dst.shape, dst.strides, strict=True):
+        name = _plain(p)
+        if name is None:
+            if not (p.is_constant and p.const == 0 and n == 1):
+                return False
+            continue
+        if name in size:
+            return False
+        size[name] = (n, st)
+    stride = dict.fromkeys(size, 0)
+    offset = 0
+    for p, n, st in zip(op.inputs[0].idx, src.shape, src.strides, strict=True):
+        if p.const.denominator != 1 or any(c.denominator != 1 or k not in size
+                                           for k, c in p.terms):
+            return False
+        lo = hi = int(p.const)
+        for k, c in p.terms:
+            stride[k] += int(c) * st
+            lo, hi = lo + min(0, int(c) * (size[k][0] - 1)), hi + max(0, int(c) * (size[k][0] - 1))
+        if lo < 0 or hi > n - 1:
+            return False
+        offset += int(p.const) * st
+    return offset == 0 and all(stride[k] == st for k, (n, st) in size.items() if n > 1)
 
 
 def _view(c: Concat, storage: Mapping[str, Storage],
