@@ -38,9 +38,7 @@ class DeviceInfo:
     version: str
     driver: str
     kind: str  # "gpu", "cpu" or "other"
-    # Compute units as the driver reports them now: PoCL's CPU driver takes its thread count
-    # from POCL_CPU_MAX_CU_COUNT, so one CPU can be 16 units in one process and 8 in another.
-    compute_units: int = 0
+    compute_units: int = 0  # as reported now (PoCL's CPU driver: POCL_CPU_MAX_CU_COUNT)
 
     @property
     def label(self) -> str:
@@ -53,9 +51,8 @@ class DeviceInfo:
 
     @property
     def facts_key(self) -> tuple[str, ...]:
-        """What measured facts (calibration) and the tiles chosen from them depend on: the
-        binary's key and the compute units (peak rate, launch cost and the best tile of a
-        16-thread PoCL are not an 8-thread one's)."""
+        """What measured facts and the tiles chosen from them depend on: the binary's key and
+        the compute units (a 16-thread PoCL's peak, launch cost and best tile are not 8's)."""
         return (*self.key, str(self.compute_units))
 
 
@@ -382,16 +379,13 @@ class Runtime:
                 from None
 
     def upload(self, buf, array: np.ndarray, wait: bool = True) -> None:
-        """Copy `array` into `buf`; `wait` False: queued behind what is queued already (the
-        array must stay unchanged until the next `finish`)."""
-        ev = self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array),
-                                  is_blocking=wait)
+        """`wait` False: queued, done by the next `finish` (keep `array` as it is till then)."""
+        ev = self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array), is_blocking=wait)
         if not wait:
             self._pending.append(ev)
 
     def download(self, buf, shape: tuple[int, ...], dtype, wait: bool = True) -> np.ndarray:
-        """`buf`'s contents as a new array; `wait` False: the copy is queued and the array
-        holds them after the next `finish`."""
+        """`buf` as a new array; `wait` False: queued, the array filled by the next `finish`."""
         out = np.empty(shape, dtype=dtype)
         if out.size:
             ev = self.cl.enqueue_copy(self.queue, out, buf, is_blocking=wait)
@@ -416,9 +410,7 @@ class Runtime:
 
     def finish(self) -> None:
         self.queue.finish()
-        # pyopencl's events of copies queued without a wait hold their host arrays, and wait
-        # for the copy when dropped: kept until here, where dropping them costs nothing.
-        self._pending.clear()
+        self._pending.clear()  # unwaited copies' events (dropping one waits for its copy)
 
 
 def _driver_caches_builds(device) -> bool:
