@@ -86,19 +86,20 @@ def group_siblings(sources: Sequence[KernelSource], varying: Collection[str],
     before every kernel they are moved past: an inception block's four branch heads, read
     from one input, form one group and their second convolutions the next, though each
     branch was emitted whole."""
-    def ok(s: KernelSource) -> bool:
-        return joinable(s) and any(x.tensor in varying for x in s.args if x.role == "in")
-
+    # Each kernel's facts once (a model has a hundred kernels, each looked at up to
+    # LOOKAHEAD times).
+    ok = [joinable(s) and any(x.tensor in varying for x in s.args if x.role == "in")
+          for s in sources]
     left = list(range(len(sources)))
     groups: list[list[int]] = []
     while left:
         head = left.pop(0)
         group = [head]
-        if ok(sources[head]):
+        if ok[head]:
             passed: list[int] = []  # kernels the group's later members were moved past
             for j in left[:LOOKAHEAD]:
                 s = sources[j]
-                if len(group) < MAX_MEMBERS and ok(s) \
+                if len(group) < MAX_MEMBERS and ok[j] \
                         and s.local_size == sources[head].local_size \
                         and all(independent(sources[m], s, slices) for m in group) \
                         and all(independent(sources[k], s) for k in passed):
@@ -115,7 +116,7 @@ def merge(members: Sequence[KernelSource]) -> KernelSource:
     launch: the first's work-groups first, then the second's, and so on."""
     local = members[0].local_size
     assert local is not None and all(m.local_size == local for m in members)
-    name = "_".join(["siblings", members[0].name]) if len(members) > 1 else members[0].name
+    name = f"siblings_{members[0].name}"
     parts, params, calls, lines = [], [], [], []
     first = 0
     for k, m in enumerate(members):

@@ -222,6 +222,29 @@ class Op:
 Expr = Ref | Const | Op
 
 
+def access_strides(idx: tuple[Poly, ...], shape: tuple[int, ...], strides: tuple[int, ...],
+                   ranges: dict[str, tuple[int, int]]) -> tuple[dict[str, int], int] | None:
+    """An affine access as strides: for each index of `ranges` (inclusive lo, hi), how far
+    one step of it moves in a tensor of `strides` (elements or bytes), and the offset of the
+    access's constants; None where a coefficient is not an integer, an index is not in
+    `ranges`, or the access leaves `shape` somewhere in the box."""
+    step = dict.fromkeys(ranges, 0)
+    offset = 0
+    for p, n, st in zip(idx, shape, strides, strict=True):
+        if p.const.denominator != 1 or any(c.denominator != 1 or k not in step
+                                           for k, c in p.terms):
+            return None
+        lo = hi = int(p.const)
+        for k, c in p.terms:
+            a, b = int(c) * ranges[k][0], int(c) * ranges[k][1]
+            lo, hi = lo + min(a, b), hi + max(a, b)
+            step[k] += int(c) * st
+        if lo < 0 or hi > n - 1:
+            return None
+        offset += int(p.const) * st
+    return step, offset
+
+
 def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """Whether a tensor of `shape` broadcasts to `target` one way (numpy's rules, right-aligned;
     the result keeps `target`)."""

@@ -38,18 +38,11 @@ def strided_copy(op: ir.Contraction, tensors: Mapping[str, ir.Tensor],
     shape = tensors[acc.tensor].shape
     if src.shape != tuple(shape):
         return None
-    strides = dict.fromkeys(names, 0)
-    for p, n, st in zip(acc.idx, shape, src.strides, strict=True):
-        if p.const.denominator != 1 or any(c.denominator != 1 or k not in strides
-                                           for k, c in p.terms):
-            return None
-        lo = hi = int(p.const)
-        for k, c in p.terms:
-            a, b = int(c) * bounds[k][0], int(c) * bounds[k][1]
-            lo, hi = lo + min(a, b), hi + max(a, b)
-            strides[k] += int(c) * st
-        if lo < 0 or hi > n - 1:
-            return None
+    found = ir.access_strides(acc.idx, tuple(shape), src.strides,
+                              {k: tuple(bounds[k]) for k in names})
+    if found is None:
+        return None
+    strides = found[0]
     if src.size == 0:
         return None
     # A view starting at the element the output's first element reads.

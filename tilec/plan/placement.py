@@ -300,20 +300,12 @@ def _same_offsets(op: ir.Contraction, src: ir.Tensor, dst: ir.Tensor) -> bool:
         if name in size:
             return False
         size[name] = (n, st)
-    stride = dict.fromkeys(size, 0)
-    offset = 0
-    for p, n, st in zip(op.inputs[0].idx, src.shape, src.strides, strict=True):
-        if p.const.denominator != 1 or any(c.denominator != 1 or k not in size
-                                           for k, c in p.terms):
-            return False
-        lo = hi = int(p.const)
-        for k, c in p.terms:
-            stride[k] += int(c) * st
-            lo, hi = lo + min(0, int(c) * (size[k][0] - 1)), hi + max(0, int(c) * (size[k][0] - 1))
-        if lo < 0 or hi > n - 1:
-            return False
-        offset += int(p.const) * st
-    return offset == 0 and all(stride[k] == st for k, (n, st) in size.items() if n > 1)
+    found = ir.access_strides(op.inputs[0].idx, src.shape, src.strides,
+                              {k: (0, n - 1) for k, (n, _) in size.items()})
+    if found is None:
+        return False
+    step, offset = found
+    return offset == 0 and all(step[k] == st for k, (n, st) in size.items() if n > 1)
 
 
 def _view(c: Concat, storage: Mapping[str, Storage],

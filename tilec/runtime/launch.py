@@ -203,16 +203,15 @@ class Launcher:
         `poison` fills every buffer the kernels write with NaN (or a pattern) first."""
         given = self._inputs(arrays, partial=bool(self._bound))
         rt = self.runtime
+        prepared = {**self._bound, **given}
+        missing = [n for n in self.inputs if n not in prepared]
+        if missing:
+            s = self.specs[missing[0]]
+            raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
         # A call's copies ride in the queue with its kernels, not as blocking commands of
         # their own: each wait for a blocking copy is a round trip to the driver's threads.
         for name, arr in given.items():
             rt.upload(self._buffer(name), arr, wait=False)
-        prepared = {**self._bound, **given}
-        missing = [n for n in self.inputs if n not in prepared]
-        if missing:
-            rt.finish()
-            s = self.specs[missing[0]]
-            raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
         # A value given for a bound input replaces the binding (its buffer holds it now), and
         # a call that gives one the bound kernels read runs them again.
         self._bound.update({n: a for n, a in given.items() if n in self._bound})
