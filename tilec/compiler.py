@@ -244,7 +244,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     records = load_records(config)  # read once: the correction and the kernels' records
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
     program, splits = split_k(program, model, config)
-    program = packed(program, model, config)
+    program = packed(program, model, config, constants or ())
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model),
                         halos=config.halos)

@@ -333,3 +333,67 @@ def test_strided_pointwise_runs_against_numpy():
         src, shapes = _strided(side)
         exe = run_case(src, shapes, seed=side, device="Portable Computing Language")
         assert exe.hw.kind == "cpu"
+
+
+# A stride-2 1x1 convolution in channels-last layout, as a model's graph writes it: the
+# weight K is two-dimensional, so only `constants` says it is bound once.
+STRIDED_1X1 = """function (I[N, H, W, CI], K[CI, CO], B[CO]) -> (R) {
+  O[n, x0, x1, co : N, 7, 7, CO] = +(I[n, 2 * x0, 2 * x1, ci] * K[ci, co]);
+  R = O + B;
+}"""
+
+
+def test_constant_weights_are_packed_from_a_share_of_l2():
+    """K is 256 KB: under the model's L2, so a product reading it as an operand that changes
+    each call keeps it as written; bound once (`constants`), from `CONSTANT_L2_SHARE`-th of
+    L2 up it is packed, and a 7x7 output's tiles (fewer than `MIN_REREADS` readers a panel)
+    are enough."""
+    from dataclasses import replace
+
+    from tilec.plan.pack import CONSTANT_L2_SHARE, pack_panels
+
+    shapes = {"I": (1, 14, 14, 128), "K": (128, 512), "B": (512,)}
+    size = 128 * 512 * 4
+    hw = replace(CPU, l2_bytes=2 * size)
+    assert hw.l2_bytes // CONSTANT_L2_SHARE < size < hw.l2_bytes
+    program = check_program(STRIDED_1X1, shapes)
+
+    def choose(flat):
+        return search(flat, hw).tile, None
+
+    assert not _packs(pack_panels(program, hw, choose))
+    out = pack_panels(program, hw, choose, constants={"K"})
+    (copy,) = _packs(out)
+    assert copy.inputs[0].tensor == "K"
+    nr = out.tensors[copy.output].shape[-1]
+    assert out.tensors[copy.output].shape == (512 // nr, 128, nr)
+    rng = np.random.default_rng(4)
+    arrays = {n: random_array(rng, program.tensors[n].shape, "float32") for n in program.inputs}
+    np.testing.assert_allclose(evaluate_program(out, arrays)["R"],
+                               evaluate_program(program, arrays)["R"], rtol=1e-5, atol=1e-5)
+    # A constant under the share stays as written.
+    small = replace(CPU, l2_bytes=CONSTANT_L2_SHARE * 2 * size)
+    assert not _packs(pack_panels(program, small, choose, constants={"K"}))
+
+
+def test_constant_weight_panels_run_against_numpy():
+    """Compiled with K as a bound constant on the CPU device: the panels are made at bind and
+    the convolution matches numpy, outputs poisoned; the same without constants is not
+    packed."""
+    from dataclasses import replace
+
+    import tilec
+    from tilec.plan import pack
+
+    from ..codegen.test_kernels import check_run
+
+    shapes = {"I": (1, 14, 14, 256), "K": (256, 1024), "B": (1024,)}  # K: 1 MiB
+    config = Config(device="Portable Computing Language", use_disk_cache=False,
+                    use_tuning_records=False)
+    exe = tilec.compile(STRIDED_1X1, shapes, config=config, constants={"K"})
+    if exe.hw.l2_bytes and exe.hw.l2_bytes // pack.CONSTANT_L2_SHARE >= 1 << 20:
+        pytest.skip("this CPU's L2 holds the weight at any layout")
+    assert any("K_panels" in k.name for k in exe.kernels), [k.name for k in exe.kernels]
+    check_run(exe, seed=9)
+    plain = tilec.compile(STRIDED_1X1, shapes, config=replace(config, pack_panels=True))
+    assert not any("K_panels" in k.name for k in plain.kernels)

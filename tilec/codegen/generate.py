@@ -5,7 +5,7 @@ tuning (which times the candidates it generates here)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -62,10 +62,12 @@ def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
                          gpu_forms=config.gpu_forms, variant=variant)
 
 
-def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
+def packed(program: ir.Program, hw: HwModel, config: Config,
+           constants: Collection[str] = ()) -> ir.Program:
     """`program` with its CPU matrix products' reused operands packed in panels
     (`plan.pack`), each panel as wide as the register tile the search gives the product as
-    written; contractions whose tile the config forces stay as written."""
+    written; contractions whose tile the config forces stay as written.  `constants`: the
+    inputs bound once (a model's weights)."""
     from ..plan.attention import find as find_attention
     from ..plan.fuse import fuse_attention
     from ..plan.pack import pack_panels
@@ -98,7 +100,8 @@ def packed(program: ir.Program, hw: HwModel, config: Config) -> ir.Program:
                    model=config.cost_model, cache=search_cache_dir(config))
         return r.tile, (r.predicted[0][0] if r.predicted else None)
 
-    return pack_panels(program, hw, choose, relay_only=forced, grouped=grouped)
+    return pack_panels(program, hw, choose, relay_only=forced, grouped=grouped,
+                       constants=constants)
 
 
 def split_k(program: ir.Program, hw: HwModel, config: Config):

@@ -64,6 +64,13 @@ from .schedule import make_schedule
 # each of its panels a few times only (7 at 7x7 pixels).
 MIN_REREADS = 16
 MIN_FILTER_REREADS = 4
+# A model's weights (bound once: their copy costs no call anything) are packed from this
+# share of L2 up, not only past it.  Their rows are the output channels apart, and at the
+# power-of-two channel counts of real models a panel's rows alias in L1 (1024 channels: every
+# row in one set), so a swept work-item re-reads its block from L2 for every register tile:
+# resnet50's 512 -> 1024 stride-2 1x1 convolution (a 2 MiB filter, a 2 MiB L2) 1.37 -> 0.81
+# ms on the 2-core Xeon with the PyPI PoCL.
+CONSTANT_L2_SHARE = 4
 # A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
 DEFAULT_L2_BYTES = 512 * 1024
 
@@ -85,7 +92,8 @@ class Packing:
 
 def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
                 relay_only: Collection[str] = (),
-                grouped: Callable[[], Collection[str]] | None = None) -> ir.Program:
+                grouped: Callable[[], Collection[str]] | None = None,
+                constants: Collection[str] = ()) -> ir.Program:
     """`program` with the reused operand of each CPU matrix product packed in panels.
 
     `choose_tile(flat)` is the tile the search gives a flat contraction (compile passes its
@@ -93,7 +101,9 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     whose output is in `relay_only` may only read an operand relaid with an axis last (their
     indices stay as written: a tile the user forced names them); those `grouped()` names are
     left as written (asked once, at the first product that would be packed: the statements
-    another kernel kind takes in whole, which only then are worth finding)."""
+    another kernel kind takes in whole, which only then are worth finding).  `constants`: the
+    inputs bound once (a model's weights), packed from a smaller size on
+    (`CONSTANT_L2_SHARE`)."""
     if hw.kind != "cpu":
         return program
     tensors = dict(program.tensors)
@@ -107,8 +117,8 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
         if isinstance(op, ir.Contraction) and op.output in relay_only:
             p = choose_relayout(op, tensors, hw, choose_tile, program, panels=False)
         elif isinstance(op, ir.Contraction) and op.output not in skip:
-            p = choose_packing(op, tensors, hw, choose_tile, program) or \
-                choose_relayout(op, tensors, hw, choose_tile, program)
+            p = choose_packing(op, tensors, hw, choose_tile, program, constants) or \
+                choose_relayout(op, tensors, hw, choose_tile, program, constants=constants)
         if p is not None and grouped is not None:
             skip |= set(grouped())
             grouped = None
@@ -136,7 +146,7 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
 
 
 def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
-                   program: ir.Program) -> Packing | None:
+                   program: ir.Program, constants: Collection[str] = ()) -> Packing | None:
     """The operand of `op` to pack and how, or None (the module docstring's rules)."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract:
@@ -152,7 +162,8 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
     # that reads it plainly and is larger than L2 can be packed.  Checked before the search,
     # which a model's convolutions (their weights do not read it) would otherwise each pay.
     last = ir.Poly.index(out_plain[-1])
-    if not any(last in x.idx and _over_l2(tensors[x.tensor], hw) for x in op.inputs):
+    if not any(last in x.idx and _worth_panels(tensors[x.tensor], hw, constants)
+               for x in op.inputs):
         return None
     flat = flatten(op, tensors, source=program.source)
     tile = tuple(choose_tile(flat)[0])
@@ -174,20 +185,25 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
         if len(axes) != 1 or x.idx[axes[0]] != ir.Poly.index(u):
             continue
         t = tensors[x.tensor]
-        if t.shape[axes[0]] != n or not _over_l2(t, hw):
+        if t.shape[axes[0]] != n or not _worth_panels(t, hw, constants):
             continue
         rereads = 1
         for k in flat.out_indices:
             if flat.inputs[j].strides[k] == 0:
                 rereads *= -(-flat.ranges[k] // tile[k])
-        if rereads >= (MIN_REREADS if len(x.idx) <= 2 else MIN_FILTER_REREADS):
+        weight = len(x.idx) > 2 or x.tensor in constants  # copied once, where it is bound
+        if rereads >= (MIN_FILTER_REREADS if weight else MIN_REREADS):
             return Packing(j, axes[0], u, nr)
     return None
 
 
-def _over_l2(t: ir.Tensor, hw: HwModel) -> bool:
-    """Whether tensor t is larger than a core's L2 (one that fits stays there in any layout)."""
-    return t.size * hw.elem_size(t.dtype) > (hw.l2_bytes or DEFAULT_L2_BYTES)
+def _worth_panels(t: ir.Tensor, hw: HwModel, constants: Collection[str] = ()) -> bool:
+    """Whether tensor t is larger than a core's L2 (one that fits stays there in any layout),
+    or than `CONSTANT_L2_SHARE`-th of it where it is a constant."""
+    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
+    if t.name in constants:
+        l2 //= CONSTANT_L2_SHARE
+    return t.size * hw.elem_size(t.dtype) > l2
 
 
 def _packed_shape(shape: tuple[int, ...], p: Packing) -> tuple[int, ...]:
@@ -281,7 +297,8 @@ def _relayout_candidate(op: ir.Contraction) -> Relayout | None:
 
 
 def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
-                    program: ir.Program, panels: bool = True) -> Relayout | Packing | None:
+                    program: ir.Program, panels: bool = True,
+                    constants: Collection[str] = ()) -> Relayout | Packing | None:
     """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
     one that reads an output index (`_relayout_candidate`), when the search predicts the
     contraction reading the copy faster by more than the copy costs (without a time model:
@@ -329,17 +346,17 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
         sched0 = make_schedule(flat0, tuple(tile0), hw)
         if sched0.vec_index is not None and not sched0.dot and sched0.vec >= sched.vec:
             return None
-        return _in_panels(found, flat, tile, tensors[name], hw) if panels else found
+        return _in_panels(found, flat, tile, tensors[name], hw, constants) if panels else found
     t = tensors[name]
     size = t.size * hw.elem_size(t.dtype)
     copy = (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
     if after + copy >= before:
         return None
-    return _in_panels(found, flat, tile, t, hw) if panels else found
+    return _in_panels(found, flat, tile, t, hw, constants) if panels else found
 
 
 def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor,
-               hw: HwModel) -> Relayout | Packing:
+               hw: HwModel, constants: Collection[str] = ()) -> Relayout | Packing:
     """A relaid operand larger than a core's L2 is copied in panels as wide as the tile
     along its index instead (`Packing`): with the index last, a work-item's panel is a
     column of the copy, its lines a whole row apart, and at power-of-two rows they share a
@@ -350,7 +367,7 @@ def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Te
     PoCL: 3.7 -> 1.8 ms."""
     nr = tile[flat.names.index(r.index)]
     n = t.shape[r.axis]
-    if not _over_l2(t, hw) or not 1 < nr < n or n % nr:
+    if not _worth_panels(t, hw, constants) or not 1 < nr < n or n % nr:
         return r
     return Packing(r.operand, r.axis, r.index, nr)
 
