@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from tilec.codegen.kernel_text import KernelArg, KernelSource
-from tilec.codegen.siblings import group_siblings, independent, joinable, merge, varying_tensors
+from tilec.codegen.siblings import (
+    group_siblings,
+    independent,
+    joinable,
+    merge,
+    merge_siblings,
+    settled,
+    varying_tensors,
+)
 from tilec.config import Config
 from tilec.graph import ops
 from tilec.graph.builder import Graph
@@ -51,6 +59,26 @@ def test_independent_kernels_next_to_each_other_are_grouped():
     assert group_siblings(sources, varying, slices={"cat"}) == [[0], [1, 2], [3]]
     assert group_siblings(sources, varying) == [[0], [1], [2], [3]]
     assert not independent(s, e1) and not independent(e3, after, {"cat"})
+
+
+def test_kernels_of_constants_alone_go_first_and_keep_no_sibling_apart():
+    # A filter's panels are made from a constant between the two expands: they run once
+    # where the constants are bound, so the expand reading them still joins the one before.
+    s = kernel("k_s", ["x", "w0"], ["s"])
+    e1 = kernel("k_e1", ["s", "w1"], ["cat"])
+    pack = kernel("k_pack", ["w3"], ["w3_panels"])
+    e3 = kernel("k_e3", ["s", "w3_panels"], ["cat"])
+    after = kernel("k_after", ["cat"], ["y"])
+    sources = [s, e1, pack, e3, after]
+    inputs, constants = ["x", "w0", "w1", "w3"], ["w0", "w1", "w3"]
+    assert settled(sources, inputs, constants) == {2}
+    varying = varying_tensors(sources, inputs, constants)
+    assert group_siblings(sources, varying, {"cat"}) == [[0], [1], [2], [3], [4]]
+    merged = merge_siblings(sources, inputs, constants, {"cat"})
+    assert [m.name for m in merged] == ["k_pack", "k_s", "siblings_k_e1", "k_after"]
+    # A constant some kernel writes (updated in place each call) settles nothing it feeds.
+    bump = kernel("k_bump", ["x"], ["w3"])
+    assert settled([bump, pack, e3], inputs, constants) == set()
 
 
 def test_branches_emitted_whole_are_grouped_by_depth():

@@ -181,11 +181,38 @@ def _relative(text: str, first: int, groups: int, local: int) -> str:
 def merge_siblings(sources: Sequence[KernelSource], inputs: Collection[str],
                    constants: Collection[str], slices: Collection[str] = ()) -> list[KernelSource]:
     """`sources` with each run of sibling kernels (`group_siblings`) merged into one;
-    `slices`: buffers kernels write in disjoint slices (`independent`)."""
+    `slices`: buffers kernels write in disjoint slices (`independent`).  The kernels settled
+    by the constants alone come first: they run once where the constants are bound (a
+    filter's panels), and in place they would keep the kernel reading their result from
+    joining the kernels before them (squeezenet's last two fire modules: two launches more)."""
+    fixed = settled(sources, inputs, constants)
+    sources = [s for i, s in enumerate(sources) if i in fixed] + \
+        [s for i, s in enumerate(sources) if i not in fixed]
     varying = varying_tensors(sources, inputs, constants)
     return [merge([sources[i] for i in g]) if len(g) > 1 else sources[g[0]]
             for g in group_siblings(sources, varying, slices)]
 
 
+def settled(sources: Sequence[KernelSource], inputs: Collection[str],
+            constants: Collection[str]) -> set[int]:
+    """The kernels (indices) whose results follow from the constants alone: every tensor one
+    touches is a constant no kernel writes, or is written by such kernels only (what
+    `runtime.launch.hoistable` runs once at bind)."""
+    writers: dict[str, set[int]] = {}
+    for i, s in enumerate(sources):
+        for x in s.args:
+            if x.role == "out":
+                writers.setdefault(x.tensor, set()).add(i)
+    chosen = set(range(len(sources)))
+    fixed_inputs = {n for n in constants if n in inputs and n not in writers}
+    while True:
+        ready = fixed_inputs | {t for t, ws in writers.items()
+                                if t not in inputs and ws <= chosen}
+        keep = {i for i in chosen if all(x.tensor in ready for x in sources[i].args)}
+        if keep == chosen:
+            return chosen
+        chosen = keep
+
+
 __all__ = ["LOOKAHEAD", "MAX_MEMBERS", "group_siblings", "independent", "joinable", "merge",
-           "merge_siblings", "varying_tensors"]
+           "merge_siblings", "settled", "varying_tensors"]
