@@ -37,6 +37,7 @@ from .kernel_text import (
 from .pipeline import Pipeline, copy_plan, half, run_point
 from .prefetch import next_block
 from .split import Split, agg_pair
+from .staged_masks import condition, handled, invariant, staged_masks
 from .stream import streamed
 
 __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
@@ -103,6 +104,11 @@ class _Contraction:
         self.placed = dict(kernel.storage)
         self.pipe = Pipeline(self) if sched.pipeline else None
         self.copies: dict[int, dict] = {}  # per staged input: how it is copied (`pipeline`)
+        # Padding constraints the staging copy applies (`staged_masks`): the multiply-adds
+        # then read the local tile unmasked.
+        self.stage_masks = staged_masks(self, {
+            st.input: staging_copy(sched, st.input)[1] for st in sched.staged or ()
+            if st is not None})
         self.typedefs: dict[str, None] = {}  # the vector types unaligned accesses use
         # A sweep (`plan.sweep`) where the kernel reads through the cache, one output element
         # a point, nothing settled at the end but the sums: the partial sums kept between
@@ -455,14 +461,29 @@ class _Contraction:
             fill = clexpr.literal(0, t.dtype)
             # Tiles that never reach past the tensor's ends copy without a bounds test.
             safe, vw = staging_copy(self.sched, i)
-            store = (f"s_{i}[{{l}}] = {load};" if safe else
-                     f"s_{i}[{{l}}] = (g >= 0 && g < {t.size}) ? {load} : {fill};")
+            masks = self.stage_masks.get(i, ())
+            once = bool(masks) and invariant(self, masks)  # the test computed in the prologue
+            in_range = "" if safe else f"g >= 0 && g < {t.size}"
+
+            def store_for(cond: str, i=i, load=load, fill=fill, in_range=in_range) -> str:
+                test = " && ".join(x for x in (cond, in_range) if x)
+                return (f"s_{i}[{{l}}] = ({test}) ? {load} : {fill};" if test else
+                        f"s_{i}[{{l}}] = {load};")
+
             per = -(-elems // (T * vw))
             # Local buffers hold 4-byte compute types; runs (and vectors) read them RUN or W
             # at a time, which needs that alignment (NVIDIA faults on a misaligned float4).
             align = 4 * max(RUN, self.W)
             if self.pipe:  # two halves (`pipeline`), copied through registers
-                self.copies[i] = copy_plan(self, st, safe, vw, per, elems // vw, zero)
+                mask = None
+                if masks and once:
+                    def mask(prefix: str, q: int, i=i) -> str:
+                        return f"sm{i}_{q}"
+                elif masks:
+                    def mask(prefix: str, q: int, i=i, masks=masks) -> str:
+                        return condition(self, masks, lambda mi: f"sc{i}_{q}_{mi}",
+                                         lambda ki: self.origin(ki, prefix))
+                self.copies[i] = copy_plan(self, st, safe, vw, per, elems // vw, zero, mask)
             size = 2 * half(st.elems) if self.pipe else st.elems
             bufs.append(f"{clexpr.COMPUTE[t.dtype]} s_{i}[{size}] "
                         f"__attribute__((aligned({align})))")
@@ -476,9 +497,11 @@ class _Contraction:
                     e = f"se{i}_{q}"
                     pre.append(f"const int {e} = get_local_id(0) + {q * T};")
                     g_terms, l_terms, step = [], [], 1
+                    coords = []
                     for j, (rng, gs, ls, _) in enumerate(st.merged):
                         r = rng // vw if j == 0 else rng
                         c = f"(({e} / {step}) % {r})" if step > 1 else f"({e} % {r})"
+                        coords.append(c)
                         if j == 0 and vw > 1:
                             c = f"{vw} * {c}"
                         g_terms.append((gs, c))
@@ -486,12 +509,22 @@ class _Contraction:
                         step *= r
                     pre.append(f"const int sg{i}_{q} = {_lin(g_terms)};")
                     pre.append(f"const int sl{i}_{q} = {_lin(l_terms)};")
+                    mcoords = {m: coords[m] for _, lams, _ in masks for m, _ in lams}
+                    if once:
+                        pre.append(f"const int sm{i}_{q} = " + condition(
+                            self, masks, mcoords.__getitem__, self.origin) + ";")
+                    else:
+                        pre += [f"const int sc{i}_{q}_{m} = {c};"
+                                for m, c in sorted(mcoords.items())]
                     if vw > 1:
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
                             + vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
                     else:
+                        cond = f"sm{i}_{q}" if once else condition(
+                            self, masks, lambda mi, i=i, q=q: f"sc{i}_{q}_{mi}",
+                            self.origin) if masks else ""
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
-                            + store.format(l=f"sl{i}_{q}") + " }"
+                            + store_for(cond).format(l=f"sl{i}_{q}") + " }"
                     if (q + 1) * T > units:
                         copy = f"if ({e} < {units}) " + copy
                     body.append(copy)
@@ -507,10 +540,21 @@ class _Contraction:
                 g_terms.append((gs, f"c{m}"))
                 l_terms.append((ls, f"c{m}"))
             body.append(f"const int g = sb{i} + {_lin(g_terms)};")
-            body.append(store.format(l=_lin(l_terms)))
+            cond = condition(self, masks, lambda mi: f"c{mi}", self.origin) if masks else ""
+            body.append(store_for(cond).format(l=_lin(l_terms)))
             blocks.append({"comment": comment, "loop": True, "elems": elems, "body": body,
                            "pre": [base]})
         return bufs, blocks, pre
+
+    def origin(self, k: int, prefix: str | None = None) -> str:
+        """The tile's origin along flat index k: the work-group's along an output index, the
+        reduction tile's (named prefix_<index> in the pipelined loop's copies) along a sum's."""
+        n = self.flat.names[k]
+        if k in self.out_idx:
+            return f"o_{n}"
+        if prefix is not None:
+            return f"{prefix}_{n}" if self.counts[k] > 1 else "0"
+        return self.red_var(k)
 
     def red_var(self, k: int) -> str:
         n = self.flat.names[k]
@@ -537,8 +581,9 @@ class _Contraction:
             return out + lane_edge(self)
         # A padding constraint of a sum of products can zero the operand it guards instead of
         # guarding every update: one select per load, and branch-free FMAs.
+        done = handled(self.stage_masks)
         mixed = [] if clean else [ci for ci, kind in enumerate(self.cons_kind)
-                                  if kind == "mixed"]
+                                  if kind == "mixed" and ci not in done]
         masked = self.masked_loads(mixed)
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}

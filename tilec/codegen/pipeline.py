@@ -63,7 +63,11 @@ class Pipeline:
             plan = copies[i]
             out.append(plan["base"](prefix))
             for q in range(plan["per"]):
-                line = f"f{i}_{q} = {plan['load'](f'sb{i} + sg{i}_{q}')};"
+                value = plan["load"](f"sb{i} + sg{i}_{q}")
+                if plan["mask"] is not None:  # padding applied here (`staged_masks`)
+                    zero = clexpr.literal(0, self.f.inputs[i].dtype)
+                    value = f"({plan['mask'](prefix, q)}) ? {value} : {zero}"
+                line = f"f{i}_{q} = {value};"
                 if (q + 1) * self.con.sched.wg_threads > plan["units"]:
                     line = f"if (se{i}_{q} < {plan['units']}) {line}"
                 out.append(line)
@@ -112,9 +116,11 @@ class Pipeline:
         return {"head": head, "top": top, "bottom": bottom, "trips": self.trips}
 
 
-def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int) -> dict:
+def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int,
+              mask=None) -> dict:
     """How one staged input is copied, as functions of names (for `Pipeline`): the tile base
-    for reduction-origin variables named prefix_<index>, the global load, the local store."""
+    for reduction-origin variables named prefix_<index>, the global load, the local store,
+    and `mask(prefix, q)`, the padding test of copy element q (None: no test)."""
     f = con.flat
     i = st.input
     t = f.inputs[i]
@@ -145,4 +151,5 @@ def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int) -> 
             return f"*((__local {c}{vw}*)({into} + {at})) = {value};"
         return " ".join(f"{into}[{at} + {j * ls0}] = {value}.s{j:x};" for j in range(vw))
 
-    return {"base": base, "load": load, "store": store, "per": per, "units": units, "vw": vw}
+    return {"base": base, "load": load, "store": store, "per": per, "units": units, "vw": vw,
+            "mask": mask}

@@ -32,6 +32,9 @@ class Staged:
     local_strides: tuple[int, ...]  # per flat index: local address step (0: not addressed)
     elems: int  # local buffer size in elements, padding included
     local_base: int = 0  # local address of the tile's origin
+    # Per merged index (same order): the flat indices it walks and their multiples, so that a
+    # staged element's position along it is sum(multiple * index) over the tile (plus zero).
+    parts: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -531,9 +534,11 @@ def stage_input(flat: FlatContraction, tile: tuple[int, ...], i: int,
     merged, local_strides, base = [], [0] * len(tile), 0
     for m in indices:
         ls = strides[id(m)]
-        merged.append((m.range, m.global_stride, ls, m.zero))
+        parts = tuple((flat.names.index(name), mult) for name, mult in m.parts)
+        merged.append(((m.range, m.global_stride, ls, m.zero), parts))
         base += m.zero * ls
-        for name, mult in m.parts:
-            local_strides[flat.names.index(name)] = mult * ls
-    merged.sort(key=lambda x: abs(x[1]))
-    return Staged(i, tuple(merged), tuple(local_strides), elems, base)
+        for k, mult in parts:
+            local_strides[k] = mult * ls
+    merged.sort(key=lambda x: abs(x[0][1]))
+    return Staged(i, tuple(m for m, _ in merged), tuple(local_strides), elems, base,
+                  tuple(p for _, p in merged))

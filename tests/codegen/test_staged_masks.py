@@ -1,0 +1,109 @@
+"""Padding applied by a GPU kernel's staging copy (`codegen.staged_masks`): which constraints
+the copy takes, the texts (device-free), and GPU-form kernels run on the CPU device against
+numpy with their outputs poisoned: pipelined and not, stride 2, a window flipped."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import tilec
+from tilec.codegen.generate import generate
+from tilec.config import Config
+from tilec.plan.fuse import plan_kernels
+from tilec.plan.hw import HwModel
+
+from ..device import needs_device
+from .test_kernels import run_case
+
+GPU = HwModel.load("nvidia-h100")
+CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+  R = (O > 0 ? O : 0);
+}"""
+SHAPES = {"D": (2, 12, 10, 8), "K": (3, 3, 16, 8)}
+STRIDED = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (O) {
+  O[n, x, y, co : N, 5, 5, CO] = +(D[n, 2*x+i-1, 2*y+j-1, ci] * K[i, j, co, ci]);
+}"""
+FLIPPED = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x-i+1, y+j-1, ci] * K[i, j, co, ci]);
+}"""
+# x + 2i is not a function of x + i, the staged coordinate: the copy cannot tell, and the
+# multiply-adds keep that test.
+OUTER = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]), x + 2*i < 14;
+}"""
+
+
+def _text(src: str, shapes: dict, tile: dict | None = None) -> str:
+    plan = plan_kernels(tilec.check_program(src, shapes, "float32"))
+    cfg = Config(use_disk_cache=False, use_tuning_records=False, **(
+        {"tiles": {"*": tile}} if tile else {}))
+    sources, _ = generate(plan, GPU, cfg)
+    (text,) = [s.text for s in sources if s.kind == "contraction"]
+    return text
+
+
+def _inner(text: str) -> str:
+    """The multiply-adds' loop nest: from the first reduction loop over u_ to the epilogue."""
+    return text[text.index("for (int u_"):text.index("Finish each output element")]
+
+
+SEED_TILE = {"ci": 4, "co": 16, "i": 3, "j": 3, "n": 1, "x": 4, "y": 4}
+
+
+def test_the_copy_zeroes_the_halo_and_the_multiply_adds_read_it_plainly():
+    """The seed convolution's GPU form (pipelined): each copied element's test, computed once
+    (no reduction index of it has more than one tile), guards its load; the loop nest
+    selects nothing."""
+    text = _text(CONV, {"D": (2, 16, 16, 16), "K": (3, 3, 16, 16)}, SEED_TILE)
+    assert "pipelined" in text
+    assert re.search(r"const int sm0_0 = \(\(-1\) \* o_x .*<= 16\) && "
+                     r"\(\(-1\) \* o_y .*<= 16\);", text), text
+    assert "f0_0 = (sm0_0) ? " in text
+    inner = _inner(text)
+    assert "<=" not in inner and "?" not in inner, inner
+
+
+def test_unpipelined_copies_and_a_merged_channel_axis():
+    """Without the pipeline the copy's store carries the test.  Where the tile takes every
+    input channel, y and ci merge into one staged index (contiguous), which the y padding
+    cannot be read from: that constraint stays in the loop, the x one goes to the copy."""
+    text = _text(CONV, SHAPES, {"ci": 8, "co": 4, "i": 3, "j": 3, "n": 1, "x": 1, "y": 2})
+    assert "s_0[sl0_0] = (sm0_0 && g >= 0" in text
+    inner = _inner(text)
+    assert "<= 12" not in inner and "<= 10" in inner
+
+
+def test_a_constraint_the_copy_cannot_tell_stays_in_the_loop():
+    text = _text(OUTER, {"D": (2, 16, 16, 16), "K": (3, 3, 16, 16)}, SEED_TILE)
+    inner = _inner(text)
+    # the window's padding goes to the copy; x + 2i <= 13 is tested at the multiply-adds
+    assert "sm0_0" in text
+    assert "<= 13)" in inner and "<= 16)" not in inner
+
+
+@needs_device
+@pytest.mark.parametrize("src, shapes, tile", [
+    (CONV, SHAPES, {"ci": 4, "co": 16, "i": 3, "j": 3, "n": 1, "x": 4, "y": 5}),
+    # the window's rows one reduction tile each: the copy's test moves with the tile
+    (CONV, SHAPES, {"ci": 4, "co": 16, "i": 1, "j": 3, "n": 1, "x": 4, "y": 5}),
+    # tiles past the image's ends (7 and 9 rows of 4)
+    (CONV, {"D": (1, 7, 9, 3), "K": (3, 3, 5, 3)},
+     {"ci": 1, "co": 5, "i": 3, "j": 3, "x": 4, "y": 4}),
+    # rows long enough that a staged tile's rows stay apart (shorter ones merge x, i, y and
+    # j into one staged index, which the copy cannot test: the loop does, as before)
+    (STRIDED, {"D": (2, 11, 24, 4), "K": (3, 3, 8, 4)},
+     {"ci": 1, "co": 8, "i": 3, "j": 3, "n": 1, "x": 2, "y": 5}),
+    (FLIPPED, {"D": (1, 8, 20, 4), "K": (3, 3, 8, 4)},
+     {"ci": 1, "co": 8, "i": 3, "j": 3, "x": 4, "y": 4}),
+    (OUTER, SHAPES, {"ci": 4, "co": 16, "i": 3, "j": 3, "n": 1, "x": 4, "y": 5})])
+@pytest.mark.parametrize("forms", [True, False])
+def test_gpu_kernels_with_the_halo_zeroed_in_the_copy_against_numpy(src, shapes, tile, forms):
+    exe = run_case(src, shapes, hw="nvidia-h100", seed=13, gpu_forms=forms,
+                   tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False)
+    (text,) = [s.text for s in exe.sources if s.kind == "contraction"]
+    assert "sm0_0" in text or "sc0_0_" in text, text
+    if tile.get("i") == 1:
+        assert "sc0_0_" in text and ("r_i" in text or "nr_i" in text)

@@ -1,0 +1,101 @@
+"""Padding applied where a GPU kernel stages its input tile, not where it multiplies.
+
+A padded convolution's input read `D[n, x + i - 1, y + j - 1, ci]` carries the constraints
+`1 <= x + i <= X` and `1 <= y + j <= Y`.  Checked at every multiply-add, each point of the
+register tile selects its value against zero: on an H200 the seed convolution's inner loop
+did eight vector selects (32 lanes) for 64 FMAs.  But such a constraint depends on the
+indices only through the staged input's own coordinates (`x + i` is one merged index of
+`D`'s tile, `plan.layout`), so it holds or fails for a staged element as a whole: the copy
+into local memory writes a zero where it fails, and the multiply-adds read the tile unmasked.
+A zero operand adds nothing to a sum of products, which is the only aggregation this is
+done for (the hit flags of other aggregations still need the test), and only where every
+input is staged: a read of local memory cannot fault where the constraint no longer guards
+it.
+
+A constraint `sum(c_k * k) <= rhs` is taken where, for each merged index m of the staged
+input (positions p_m = sum(mult_k * k) over the indices it walks), its coefficients are one
+integer lambda_m times the multiples, and it mentions no index the input does not read.  At
+a staged element, sum(c_k * k) = sum(c_k * origin_k) + sum(lambda_m * (p_m - zero_m)), the
+origins being the tile's (the work-group's output origin, the reduction tile's start)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .kernel_text import _lin
+
+# Per input: the constraints its staging applies, each as (constraint number, ((merged
+# index, lambda), ...), the merged indices' zero offsets summed with their lambdas).
+Masks = dict[int, tuple[tuple[int, tuple[tuple[int, int], ...], int], ...]]
+
+
+def staged_masks(con, vector_widths: dict[int, int]) -> Masks:
+    """The constraints each staged input of contraction `con` (`codegen.contraction`) applies
+    when copied, or none: CPU kernels (no staging), aggregations other than a sum of
+    products, hit flags, constraints on the lanes, inputs not all staged.  `vector_widths`:
+    each staged input's copy width (inputs copied in vectors are not masked)."""
+    f, s = con.flat, con.sched
+    if con.cpu or f.agg != "+" or f.comb != "*" or con.need_hit or con.lanes_constrained:
+        return {}
+    if not s.staged or any(st is None for st in s.staged) or len(s.staged) != len(f.inputs):
+        return {}
+    out: dict[int, list] = {}
+    for ci, kind in enumerate(con.cons_kind):
+        if kind != "mixed":
+            continue
+        for st in s.staged:
+            if not st.parts:
+                continue
+            found = _express(f.constraints[ci].coeffs, st, vector_widths.get(st.input, 1))
+            if found is not None:
+                lams, zero = found
+                out.setdefault(st.input, []).append((ci, lams, zero))
+                break
+    return {i: tuple(v) for i, v in out.items()}
+
+
+def _express(coeffs: tuple[int, ...], st, vw: int
+             ) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """((merged index, lambda), ...) and sum(lambda * zero) for a constraint over staged
+    input `st`, or None where it is not a function of the input's staged coordinates (or
+    the input is copied in vectors, which the copy does not mask)."""
+    if vw > 1:
+        return None
+    owner = {k: (m, mult) for m, parts in enumerate(st.parts) for k, mult in parts}
+    if any(c and k not in owner for k, c in enumerate(coeffs)):
+        return None
+    lams, zero = [], 0
+    for m, parts in enumerate(st.parts):
+        k0, mult0 = parts[0]
+        lam, rem = divmod(coeffs[k0], mult0)
+        if rem or any(coeffs[k] != lam * mult for k, mult in parts):
+            return None
+        if lam:
+            lams.append((m, lam))
+            zero += lam * st.merged[m][3]
+    return (tuple(lams), zero) if lams else None
+
+
+def condition(con, entries, coord: Callable[[int], str], origin: Callable[[int], str]) -> str:
+    """The test a staged element passes (C text): `coord(m)` its position along merged
+    index m, `origin(k)` the tile's origin along flat index k."""
+    tests = []
+    for ci, lams, zero in entries:
+        c = con.flat.constraints[ci]
+        terms = [(x, o) for k, x in enumerate(c.coeffs) if x and (o := origin(k)) != "0"]
+        terms += [(lam, coord(m)) for m, lam in lams]
+        tests.append(f"({_lin(terms, -zero)} <= {c.rhs})")
+    return " && ".join(tests)
+
+
+def invariant(con, entries) -> bool:
+    """Whether the test is the same for every reduction tile (it mentions no reduction index
+    that has more than one tile): then it is computed once."""
+    return all(con.counts[k] == 1 for ci, _, _ in entries
+               for k, x in enumerate(con.flat.constraints[ci].coeffs)
+               if x and k in con.red_idx)
+
+
+def handled(masks: Masks) -> set[int]:
+    """The constraints the staging applies (the multiply-adds need not)."""
+    return {ci for entries in masks.values() for ci, _, _ in entries}
