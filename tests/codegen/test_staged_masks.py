@@ -55,13 +55,13 @@ SEED_TILE = {"ci": 4, "co": 16, "i": 3, "j": 3, "n": 1, "x": 4, "y": 4}
 
 def test_the_copy_zeroes_the_halo_and_the_multiply_adds_read_it_plainly():
     """The seed convolution's GPU form (pipelined): each copied element's test, computed once
-    (no reduction index of it has more than one tile), guards its load; the loop nest
-    selects nothing."""
+    (no reduction index of it has more than one tile) as a bit of one register, guards its
+    load; the loop nest selects nothing."""
     text = _text(CONV, {"D": (2, 16, 16, 16), "K": (3, 3, 16, 16)}, SEED_TILE)
     assert "pipelined" in text
-    assert re.search(r"const int sm0_0 = \(\(-1\) \* o_x .*<= 16\) && "
-                     r"\(\(-1\) \* o_y .*<= 16\);", text), text
-    assert "f0_0 = (sm0_0) ? " in text
+    assert re.search(r"(const int sm0 = |sm0 \|= \()\(\(-1\) \* o_x .*<= 16\) && "
+                     r"\(\(-1\) \* o_y .*<= 16\)", text), text
+    assert "f0_0 = (((sm0 >> 0) & 1)) ? " in text
     inner = _inner(text)
     assert "<=" not in inner and "?" not in inner, inner
 
@@ -71,7 +71,7 @@ def test_unpipelined_copies_and_a_merged_channel_axis():
     input channel, y and ci merge into one staged index (contiguous), which the y padding
     cannot be read from: that constraint stays in the loop, the x one goes to the copy."""
     text = _text(CONV, SHAPES, {"ci": 8, "co": 4, "i": 3, "j": 3, "n": 1, "x": 1, "y": 2})
-    assert "s_0[sl0_0] = (sm0_0 && g >= 0" in text
+    assert "s_0[sl0_0] = (((sm0 >> 0) & 1) && g >= 0" in text
     inner = _inner(text)
     assert "<= 12" not in inner and "<= 10" in inner
 
@@ -80,7 +80,7 @@ def test_a_constraint_the_copy_cannot_tell_stays_in_the_loop():
     text = _text(OUTER, {"D": (2, 16, 16, 16), "K": (3, 3, 16, 16)}, SEED_TILE)
     inner = _inner(text)
     # the window's padding goes to the copy; x + 2i <= 13 is tested at the multiply-adds
-    assert "sm0_0" in text
+    assert "const int sm0 = " in text
     assert "<= 13)" in inner and "<= 16)" not in inner
 
 
@@ -104,6 +104,22 @@ def test_gpu_kernels_with_the_halo_zeroed_in_the_copy_against_numpy(src, shapes,
     exe = run_case(src, shapes, hw="nvidia-h100", seed=13, gpu_forms=forms,
                    tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False)
     (text,) = [s.text for s in exe.sources if s.kind == "contraction"]
-    assert "sm0_0" in text or "sc0_0_" in text, text
+    assert "sm0" in text or "sc0_0_" in text, text
     if tile.get("i") == 1:
         assert "sc0_0_" in text and ("r_i" in text or "nr_i" in text)
+
+
+def test_no_test_in_copies_that_decode_their_elements_every_tile():
+    """A depthwise convolution's tile: more copies a thread than are precomputed
+    (`PRECOMPUTED_COPIES`), so its padding stays at the multiply-adds."""
+    from tilec.plan.staged_pad import PRECOMPUTED_COPIES
+
+    src = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
+      R[n, x, y, c : N, X, Y, C] = +(D[n, x+i-1, y+j-1, c] * K[i, j, c]);
+    }"""
+    text = _text(src, {"D": (2, 32, 28, 128), "K": (3, 3, 128)},
+                 {"c": 32, "i": 3, "j": 3, "n": 1, "x": 16, "y": 7})
+    copies = re.search(r"threads: (\d+) per group", text)
+    assert copies and 32 * 18 * 9 > PRECOMPUTED_COPIES * int(copies.group(1))
+    assert "sm0" not in text and "sc0_" not in text
+    assert "<= 32)" in _inner(text)

@@ -17,6 +17,7 @@ from ..plan.fuse import ContractionKernel
 from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained, windowed
+from ..plan.staged_pad import PRECOMPUTED_COPIES
 from . import clexpr, columns, vector_finish
 from .address import kernel_args
 from .clexpr import plain_vector_access
@@ -478,7 +479,7 @@ class _Contraction:
                 mask = None
                 if masks and once:
                     def mask(prefix: str, q: int, i=i) -> str:
-                        return f"sm{i}_{q}"
+                        return f"((sm{i} >> {q}) & 1)"
                 elif masks:
                     def mask(prefix: str, q: int, i=i, masks=masks) -> str:
                         return condition(self, masks, lambda mi: f"sc{i}_{q}_{mi}",
@@ -490,9 +491,11 @@ class _Contraction:
             dims = " x ".join(str(m[0]) for m in st.merged)
             comment = f"stage {t.name}: {dims} (padded to {st.elems})"
             base = f"const int sb{i} = {_lin(base_terms, t.offset - zero)};"
-            if per <= 16:
+            if per <= PRECOMPUTED_COPIES:
                 body = [base]
                 units = elems // vw  # vectors (or elements) to copy
+                if once and per > 1:
+                    pre.append(f"int sm{i} = 0;")
                 for q in range(per):
                     e = f"se{i}_{q}"
                     pre.append(f"const int {e} = get_local_id(0) + {q * T};")
@@ -510,9 +513,10 @@ class _Contraction:
                     pre.append(f"const int sg{i}_{q} = {_lin(g_terms)};")
                     pre.append(f"const int sl{i}_{q} = {_lin(l_terms)};")
                     mcoords = {m: coords[m] for _, lams, _ in masks for m, _ in lams}
-                    if once:
-                        pre.append(f"const int sm{i}_{q} = " + condition(
-                            self, masks, mcoords.__getitem__, self.origin) + ";")
+                    if once:  # one bit a copied element: a register for them all
+                        test = condition(self, masks, mcoords.__getitem__, self.origin)
+                        pre.append(f"const int sm{i} = {test};" if per == 1 else
+                                   f"sm{i} |= ({test}) << {q};")
                     else:
                         pre += [f"const int sc{i}_{q}_{m} = {c};"
                                 for m, c in sorted(mcoords.items())]
@@ -520,7 +524,7 @@ class _Contraction:
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
                             + vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
                     else:
-                        cond = f"sm{i}_{q}" if once else condition(
+                        cond = f"((sm{i} >> {q}) & 1)" if once else condition(
                             self, masks, lambda mi, i=i, q=q: f"sc{i}_{q}_{mi}",
                             self.origin) if masks else ""
                         copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
@@ -540,8 +544,8 @@ class _Contraction:
                 g_terms.append((gs, f"c{m}"))
                 l_terms.append((ls, f"c{m}"))
             body.append(f"const int g = sb{i} + {_lin(g_terms)};")
-            cond = condition(self, masks, lambda mi: f"c{mi}", self.origin) if masks else ""
-            body.append(store_for(cond).format(l=_lin(l_terms)))
+            # (no padding test here: `staged_pad` takes none past PRECOMPUTED_COPIES)
+            body.append(store_for("").format(l=_lin(l_terms)))
             blocks.append({"comment": comment, "loop": True, "elems": elems, "body": body,
                            "pre": [base]})
         return bufs, blocks, pre

@@ -12,16 +12,15 @@ done for (the hit flags of other aggregations still need the test), and only whe
 input is staged: a read of local memory cannot fault where the constraint no longer guards
 it.
 
-A constraint `sum(c_k * k) <= rhs` is taken where, for each merged index m of the staged
-input (positions p_m = sum(mult_k * k) over the indices it walks), its coefficients are one
-integer lambda_m times the multiples, and it mentions no index the input does not read.  At
-a staged element, sum(c_k * k) = sum(c_k * origin_k) + sum(lambda_m * (p_m - zero_m)), the
-origins being the tile's (the work-group's output origin, the reduction tile's start)."""
+Which constraints a staged input can take is `plan.staged_pad`'s rule (the time model
+charges the reads by it too); here the tests are written, the origins being the tile's (the
+work-group's output origin, the reduction tile's start)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..plan.staged_pad import applies, express, mixed
 from .kernel_text import _lin
 
 # Per input: the constraints its staging applies, each as (constraint number, ((merged
@@ -32,48 +31,22 @@ Masks = dict[int, tuple[tuple[int, tuple[tuple[int, int], ...], int], ...]]
 def staged_masks(con, vector_widths: dict[int, int]) -> Masks:
     """The constraints each staged input of contraction `con` (`codegen.contraction`) applies
     when copied, or none: CPU kernels (no staging), aggregations other than a sum of
-    products, hit flags, constraints on the lanes, inputs not all staged.  `vector_widths`:
-    each staged input's copy width (inputs copied in vectors are not masked)."""
+    products, hit flags, constraints on the lanes, inputs not all staged
+    (`plan.staged_pad.applies`).  `vector_widths`: each staged input's copy width (inputs
+    copied in vectors are not masked)."""
     f, s = con.flat, con.sched
-    if con.cpu or f.agg != "+" or f.comb != "*" or con.need_hit or con.lanes_constrained:
-        return {}
-    if not s.staged or any(st is None for st in s.staged) or len(s.staged) != len(f.inputs):
+    if not applies(f, s.staged, not con.cpu) or con.need_hit or con.lanes_constrained:
         return {}
     out: dict[int, list] = {}
-    for ci, kind in enumerate(con.cons_kind):
-        if kind != "mixed":
-            continue
+    for ci in mixed(f):
         for st in s.staged:
-            if not st.parts:
-                continue
-            found = _express(f.constraints[ci].coeffs, st, vector_widths.get(st.input, 1))
+            found = express(f.constraints[ci].coeffs, st, vector_widths.get(st.input, 1),
+                            s.wg_threads)
             if found is not None:
                 lams, zero = found
                 out.setdefault(st.input, []).append((ci, lams, zero))
                 break
     return {i: tuple(v) for i, v in out.items()}
-
-
-def _express(coeffs: tuple[int, ...], st, vw: int
-             ) -> tuple[tuple[tuple[int, int], ...], int] | None:
-    """((merged index, lambda), ...) and sum(lambda * zero) for a constraint over staged
-    input `st`, or None where it is not a function of the input's staged coordinates (or
-    the input is copied in vectors, which the copy does not mask)."""
-    if vw > 1:
-        return None
-    owner = {k: (m, mult) for m, parts in enumerate(st.parts) for k, mult in parts}
-    if any(c and k not in owner for k, c in enumerate(coeffs)):
-        return None
-    lams, zero = [], 0
-    for m, parts in enumerate(st.parts):
-        k0, mult0 = parts[0]
-        lam, rem = divmod(coeffs[k0], mult0)
-        if rem or any(coeffs[k] != lam * mult for k, mult in parts):
-            return None
-        if lam:
-            lams.append((m, lam))
-            zero += lam * st.merged[m][3]
-    return (tuple(lams), zero) if lams else None
 
 
 def condition(con, entries, coord: Callable[[int], str], origin: Callable[[int], str]) -> str:

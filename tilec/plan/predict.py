@@ -44,8 +44,9 @@ from .cost_cpu import vector_lanes
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
-from .local_banks import PASS_BYTES, wavefronts
-from .schedule import make_schedule, moves_back, vector_candidates
+from .local_banks import PASS_BYTES, staging_copy, wavefronts
+from .schedule import constrained, make_schedule, moves_back, vector_candidates
+from .staged_pad import applies, express, mixed
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
                "round trips")
@@ -189,10 +190,29 @@ def local_bandwidth(hw: HwModel) -> float:
 MASKED_READ_SLOTS = 3.0
 
 
-def _read_slots(flat: FlatContraction, t) -> float:
-    """Slots a local read of input t costs: more where a constraint masks its values."""
-    used = {k for c in flat.constraints for k, x in enumerate(c.coeffs) if x}
+def _read_slots(flat: FlatContraction, t, staged: frozenset[int] = frozenset()) -> float:
+    """Slots a local read of input t costs: more where a constraint masks its values, but
+    for the constraints in `staged`, which the kernel applies where it copies the input tile
+    (`staged_pad`)."""
+    used = {k for ci, c in enumerate(flat.constraints) if ci not in staged
+            for k, x in enumerate(c.coeffs) if x}
     return MASKED_READ_SLOTS if any(t.strides[k] != 0 for k in used) else 1.0
+
+
+def _padded_at_staging(flat: FlatContraction, s, hw: HwModel) -> frozenset[int]:
+    """The constraints schedule `s`'s kernel applies in its staging copies
+    (`codegen.staged_masks`, by `staged_pad`'s rule)."""
+    # (A sum with a default value and outputs no point reaches keeps hit flags and its
+    # tests; the flat table does not say so, and such sums are rare: not told apart here.)
+    if not applies(flat, s.staged, hw.kind == "gpu") or \
+            (s.vec > 1 and s.vec_index in constrained(flat)):
+        return frozenset()
+    out = set()
+    for ci in mixed(flat):
+        if any(express(flat.constraints[ci].coeffs, st, staging_copy(s, st.input)[1],
+                       s.wg_threads) is not None for st in s.staged):
+            out.add(ci)
+    return frozenset(out)
 
 
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
@@ -274,13 +294,14 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
     acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
     fmas = acc * (w if s.dot else 1)
     reads = local_reads = 0.0
+    padded = _padded_at_staging(flat, s, hw)
     for i, t in enumerate(flat.inputs):
         vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
         if vi is not None and not s.dot and t.strides[vi] != 0:
             vals /= w  # vectors along the output's vector index
         if s.run is not None and s.run.input == i:
             vals /= RUN  # runs (`gpu_form`)
-        reads += np.ceil(vals) * _read_slots(flat, t)
+        reads += np.ceil(vals) * _read_slots(flat, t, padded)
         if s.staged and s.staged[i] is not None:  # not read through the cache
             local_reads += np.ceil(vals)
     banks = wavefronts(s)
