@@ -37,6 +37,9 @@ def main() -> int:
     ap.add_argument("--hw", help="hardware model (default: the device's, calibrated if stored)")
     ap.add_argument("--kernel", help="the kernel to sweep (default: the largest contraction)")
     ap.add_argument("--top", type=int, default=16)
+    ap.add_argument("--registers", action="store_true",
+                    help="also record the registers NVIDIA's compiler gives each kernel "
+                         "(-cl-nv-verbose) beside the time model's estimate")
     ap.add_argument("--random", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--json")
@@ -103,6 +106,11 @@ def main() -> int:
         rec = {"tile": tile, "predicted_s": c.predicted, "bottleneck": c.bottleneck,
                "plaidml_score": c.score, "chosen": tuple(tile.values()) == chosen,
                "measured_s": m.seconds, "spread": round(m.spread, 3)}
+        if args.registers:
+            j = c.rank
+            rec.update({k: float(pred[k][j]) for k in ("regs", "copies", "reads", "acc_regs",
+                                                        "resident") if k in pred})
+            rec["registers"] = _registers(prep, c.source.text)
         rows.append(rec)
         line = json.dumps(rec)
         print(line, flush=True)
@@ -120,6 +128,22 @@ def main() -> int:
               f"{first['predicted_s'] * 1e3:.4f} ms, measured {first['measured_s'] * 1e3:.4f} "
               f"ms), compile's choice {took_s}; fastest {best * 1e3:.4f} ms")
     return 0
+
+
+def _registers(prep, text: str) -> int | None:
+    """Registers a thread NVIDIA's OpenCL compiler gives `text` (None elsewhere)."""
+    import re
+
+    import pyopencl as cl
+
+    rt = prep.runtime
+    try:
+        prg = cl.Program(rt.context, text).build(options=["-cl-nv-verbose"])
+        log = prg.get_build_info(rt.device, cl.program_build_info.LOG) or ""
+    except cl.Error:
+        return None
+    found = re.findall(r"Used (\d+) registers", log)
+    return int(found[-1]) if found else None
 
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "dram_s": dram, "local_s": local, "latency_s": latency_s,
             "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
             "latency": latency, "resident": resident, "acc": acc,
-            "acc_regs": fmas, "reg_cap": np.full(n, cap)}, hw)
+            "acc_regs": fmas, "reg_cap": np.full(n, cap), "regs": regs,
+            "copies": copies, "reads": reads}, hw)
 
 
 def local_bandwidth(hw: HwModel) -> float:
