@@ -169,7 +169,11 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "resident": np.ones(n), "acc": acc.astype(np.float64),
             "acc_regs": stats.get("vregs", acc).astype(np.float64),
             "reg_cap": np.full(n, float(hw.registers)), "waves": waves,
-            "cycles": swept * item, "sweep": swept}
+            "cycles": swept * item, "sweep": swept,
+            # the GPU model's register terms: vector registers; no staging copies; no
+            # local-memory reads
+            "regs": stats.get("vregs", acc).astype(np.float64), "copies": np.zeros(n),
+            "reads": np.zeros(n)}
 
 
 def output_runs(flat: FlatContraction, outs: list[int], A: np.ndarray) -> np.ndarray:
