@@ -23,11 +23,12 @@ vector index u (an output index) and its tile, nr.  An operand is packed when it
 plainly along one axis the output also takes plainly and of the same size, nr divides that
 size and is smaller, the operand is larger than a core's L2 (one that fits stays there in
 any layout: on the 16-core Xeon the 512 matmul ran 0.29 ms as written and 0.40 ms with the
-copy, whose launch and pass cost more than the panels save), and each panel is read by at
-least `MIN_REREADS` work-groups (a matrix-vector product reads each element once: the copy
-would double its traffic).  Only CPU models pack (GPUs stage tiles in local memory), only `+(x * y)`
-contractions without rewrites and without constraints on the panel index, and never one whose
-tile the user forced
+copy, whose launch and pass cost more than the panels save; a model's weight, named by
+`constants` and copied once where it is bound, from `CONSTANT_L2_SHARE`-th of L2), and each
+panel is read by at least `MIN_REREADS` work-groups (a matrix-vector product reads each
+element once: the copy would double its traffic).  Only CPU models pack (GPUs stage tiles in
+local memory), only `+(x * y)` contractions without rewrites and without constraints on the
+panel index, and never one whose tile the user forced
 (`--tile` names its indices; such a one may still read a relaid operand, below, whose indices
 are those written).  An NHWC convolution's filter `K[i, j, ci, co]` holds its output channels
 last already; past L2 it is packed the same way, `K_panels[coo, i, j, ci, coi]` (its padding
