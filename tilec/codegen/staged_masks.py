@@ -10,7 +10,9 @@ into local memory writes a zero where it fails, and the multiply-adds read the t
 A zero operand adds nothing to a sum of products, which is the only aggregation this is
 done for (the hit flags of other aggregations still need the test), and only where every
 input is staged: a read of local memory cannot fault where the constraint no longer guards
-it.
+it.  (One difference remains: where the other operand is infinite or NaN, 0 x inf is NaN
+while the excluded point added nothing, as with `--halos` on CPUs and as a zero-padded
+convolution computes in torch or onnxruntime.)
 
 Which constraints a staged input can take is `plan.staged_pad`'s rule (the time model
 charges the reads by it too); here the tests are written, the origins being the tile's (the
