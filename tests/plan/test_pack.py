@@ -380,7 +380,6 @@ def test_constant_weight_panels_run_against_numpy():
     """Compiled with K as a bound constant on the CPU device: the panels are made at bind and
     the convolution matches numpy, outputs poisoned; the same without constants is not
     packed."""
-    from dataclasses import replace
 
     import tilec
     from tilec.plan import pack
@@ -395,5 +394,5 @@ def test_constant_weight_panels_run_against_numpy():
         pytest.skip("this CPU's L2 holds the weight at any layout")
     assert any("K_panels" in k.name for k in exe.kernels), [k.name for k in exe.kernels]
     check_run(exe, seed=9)
-    plain = tilec.compile(STRIDED_1X1, shapes, config=replace(config, pack_panels=True))
+    plain = tilec.compile(STRIDED_1X1, shapes, config=config)
     assert not any("K_panels" in k.name for k in plain.kernels)

@@ -15,7 +15,6 @@ from ..plan.flat import FlatContraction
 from ..plan.flatten import operand_strides
 from ..plan.fuse import ContractionKernel
 from ..plan.gpu_form import RUN
-from ..plan.local_banks import staging_copy
 from ..plan.schedule import Schedule, constrained, windowed
 from . import clexpr, columns, vector_finish
 from .address import kernel_args
@@ -106,9 +105,7 @@ class _Contraction:
         self.copies: dict[int, dict] = {}  # per staged input: how it is copied (`pipeline`)
         # Padding constraints the staging copy applies (`staged_masks`): the multiply-adds
         # then read the local tile unmasked.
-        self.stage_masks = staged_masks(self, {
-            st.input: staging_copy(sched, st.input)[1] for st in sched.staged or ()
-            if st is not None})
+        self.stage_masks = staged_masks(self)
         self.typedefs: dict[str, None] = {}  # the vector types unaligned accesses use
         # A sweep (`plan.sweep`) where the kernel reads through the cache, one output element
         # a point, nothing settled at the end but the sums: the partial sums kept between

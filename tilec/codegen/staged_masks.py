@@ -22,33 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..plan.staged_pad import applies, express, mixed
+from ..plan.staged_pad import Assignment, assign
 from .kernel_text import _lin
 
-# Per input: the constraints its staging applies, each as (constraint number, ((merged
-# index, lambda), ...), the merged indices' zero offsets summed with their lambdas).
-Masks = dict[int, tuple[tuple[int, tuple[tuple[int, int], ...], int], ...]]
+Masks = Assignment
 
 
-def staged_masks(con, vector_widths: dict[int, int]) -> Masks:
-    """The constraints each staged input of contraction `con` (`codegen.contraction`) applies
-    when copied, or none: CPU kernels (no staging), aggregations other than a sum of
-    products, hit flags, constraints on the lanes, inputs not all staged
-    (`plan.staged_pad.applies`).  `vector_widths`: each staged input's copy width (inputs
-    copied in vectors are not masked)."""
-    f, s = con.flat, con.sched
-    if not applies(f, s.staged, not con.cpu) or con.need_hit or con.lanes_constrained:
-        return {}
-    out: dict[int, list] = {}
-    for ci in mixed(f):
-        for st in s.staged:
-            found = express(f.constraints[ci].coeffs, st, vector_widths.get(st.input, 1),
-                            s.wg_threads)
-            if found is not None:
-                lams, zero = found
-                out.setdefault(st.input, []).append((ci, lams, zero))
-                break
-    return {i: tuple(v) for i, v in out.items()}
+def staged_masks(con) -> Masks:
+    """The constraints each staged input of contraction `con` (`codegen.contraction`)
+    applies when copied (`plan.staged_pad.assign`), none where the kernel keeps hit flags."""
+    return {} if con.need_hit else assign(con.sched, not con.cpu)
 
 
 def condition(con, entries, coord: Callable[[int], str], origin: Callable[[int], str]) -> str:

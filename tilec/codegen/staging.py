@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..plan.gpu_form import RUN
 from ..plan.local_banks import staging_copy
-from ..plan.staged_pad import PRECOMPUTED_COPIES
+from ..plan.staged_pad import PRECOMPUTED_COPIES, copies
 from . import clexpr
 from .copy import vector_copy
 from .kernel_text import _lin, buf, prod
@@ -20,11 +20,7 @@ from .staged_masks import condition, invariant
 
 def staging(con) -> tuple[list[str], list[dict], list[str]]:
     """Local buffers, the copy blocks run per reduction tile, and prologue lines of
-    contraction `con` (`codegen.contraction`); fills `con.copies` for the pipelined loop.
-
-    Which elements a thread copies does not change between reduction tiles, so when each
-    thread copies a few elements their coordinates are computed once, in the prologue;
-    the copy itself is then one add, one bounds test and one load per element."""
+    contraction `con` (`codegen.contraction`); fills `con.copies` for the pipelined loop."""
     if not con.sched.staged or all(x is None for x in con.sched.staged):
         return [], [], []
     f = con.flat
@@ -52,7 +48,7 @@ def staging(con) -> tuple[list[str], list[dict], list[str]]:
             return (f"s_{i}[{{l}}] = ({test}) ? {load} : {fill};" if test else
                     f"s_{i}[{{l}}] = {load};")
 
-        per = -(-elems // (T * vw))
+        per = copies(st, T, vw)
         # Local buffers hold 4-byte compute types; runs (and vectors) read them RUN or W
         # at a time, which needs that alignment (NVIDIA faults on a misaligned float4).
         align = 4 * max(RUN, con.W)

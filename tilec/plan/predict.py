@@ -44,9 +44,9 @@ from .cost_cpu import vector_lanes
 from .flat import FlatContraction
 from .gpu_form import PIPELINE_MIN_TRIPS, RUN
 from .hw import HwModel
-from .local_banks import PASS_BYTES, staging_copy, wavefronts
-from .schedule import constrained, make_schedule, moves_back, vector_candidates
-from .staged_pad import applies, express, mixed
+from .local_banks import PASS_BYTES, wavefronts
+from .schedule import make_schedule, moves_back, vector_candidates
+from .staged_pad import assign
 
 BOTTLENECKS = ("compute", "L2", "DRAM", "launch", "registers", "L1", "local memory",
                "round trips")
@@ -200,20 +200,12 @@ def _read_slots(flat: FlatContraction, t, staged: frozenset[int] = frozenset()) 
     return MASKED_READ_SLOTS if any(t.strides[k] != 0 for k in used) else 1.0
 
 
-def _padded_at_staging(flat: FlatContraction, s, hw: HwModel) -> frozenset[int]:
+def _padded_at_staging(s, hw: HwModel) -> frozenset[int]:
     """The constraints schedule `s`'s kernel applies in its staging copies
-    (`codegen.staged_masks`, by `staged_pad`'s rule)."""
-    # (A sum with a default value and outputs no point reaches keeps hit flags and its
-    # tests; the flat table does not say so, and such sums are rare: not told apart here.)
-    if not applies(flat, s.staged, hw.kind == "gpu") or \
-            (s.vec > 1 and s.vec_index in constrained(flat)):
-        return frozenset()
-    out = set()
-    for ci in mixed(flat):
-        if any(express(flat.constraints[ci].coeffs, st, staging_copy(s, st.input)[1],
-                       s.wg_threads) is not None for st in s.staged):
-            out.add(ci)
-    return frozenset(out)
+    (`staged_pad.assign`; a sum with a default value and outputs no point reaches keeps its
+    tests there, which the flat table does not say: such sums are rare)."""
+    return frozenset(ci for entries in assign(s, hw.kind == "gpu").values()
+                     for ci, _, _ in entries)
 
 
 def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | None, np.ndarray]:
@@ -295,7 +287,7 @@ def _schedule_facts(flat: FlatContraction, tile: tuple[int, ...],
     acc = float(np.prod([pts[k] for k in outs])) if outs else 1.0
     fmas = acc * (w if s.dot else 1)
     reads = local_reads = 0.0
-    padded = _padded_at_staging(flat, s, hw)
+    padded = _padded_at_staging(s, hw)
     for i, t in enumerate(flat.inputs):
         vals = float(np.prod([pts[k] for k in outs if t.strides[k] != 0])) if outs else 1.0
         if vi is not None and not s.dot and t.strides[vi] != 0:

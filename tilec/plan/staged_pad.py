@@ -10,6 +10,8 @@ sum(lambda_m * (p_m - zero_m)) at every point that reads the element."""
 from __future__ import annotations
 
 from .flat import FlatContraction
+from .local_banks import staging_copy
+from .schedule import Schedule, constrained
 
 # A thread's copies of a staged tile up to this many have their coordinates computed once, in
 # the kernel's prologue (`codegen.contraction.staging`); past it each copy decodes its
@@ -51,12 +53,32 @@ def express(coeffs: tuple[int, ...], st, vw: int, threads: int
     return (tuple(lams), zero) if lams else None
 
 
-def applies(flat: FlatContraction, staged, gpu: bool) -> bool:
-    """Whether a kernel of `flat` may apply padding at its staging: a GPU kernel with every
-    input staged (a local read cannot fault where the test no longer guards it), a sum of
-    products (a zero operand adds nothing; other aggregations keep their hit flags)."""
-    return (gpu and flat.agg == "+" and flat.comb == "*" and bool(staged)
-            and len(staged) == len(flat.inputs) and all(st is not None for st in staged))
+# Per input: the constraints its staging applies, each as (constraint number, ((merged
+# index, lambda), ...), the merged indices' zero offsets summed with their lambdas).
+Assignment = dict[int, tuple[tuple[int, tuple[tuple[int, int], ...], int], ...]]
+
+
+def assign(s: Schedule, gpu: bool) -> Assignment:
+    """The constraints each staged input of schedule `s` applies where it is copied (each to
+    the first input that can take it), or none: not a GPU kernel with every input staged (a
+    local read cannot fault where the test no longer guards it), not a sum of products (a
+    zero operand adds nothing to one; other aggregations keep their hit flags), or a
+    constraint on the vector lanes."""
+    flat, staged = s.flat, s.staged
+    if not (gpu and flat.agg == "+" and flat.comb == "*" and staged
+            and len(staged) == len(flat.inputs) and all(st is not None for st in staged)):
+        return {}
+    if s.vec > 1 and s.vec_index in constrained(flat):
+        return {}
+    out: dict[int, list] = {}
+    for ci in mixed(flat):
+        for st in staged:
+            found = express(flat.constraints[ci].coeffs, st, staging_copy(s, st.input)[1],
+                            s.wg_threads)
+            if found is not None:
+                out.setdefault(st.input, []).append((ci, *found))
+                break
+    return {i: tuple(v) for i, v in out.items()}
 
 
 def mixed(flat: FlatContraction) -> list[int]:
