@@ -80,11 +80,14 @@ def test_no_prefetch_where_the_input_fits_l2_or_blocks_are_not_one_step():
 
 def test_prefetch_of_a_matrix_panel():
     """matmul: B[k, n] blocks of 32 k x 32 n, 64 apart: span 2016 for 1024 elements (within
-    MAX_SPAN); the next block starts 32 rows on."""
+    MAX_SPAN); the next block starts 32 rows on.  The 40 KB L2 also caps the sweep at 2
+    tiles of A's rows (4 x 512 floats each: 16 KB of the L2's 20 KB half), so each tile
+    prefetches half of the block."""
     text = _text("matmul", _hw(40 * 1024))
+    assert "sweep: 2 register tiles along m" in text
     assert "if (r_k + 32 < 512) {" in text
     assert "pf = b_B + (p_n_0 + 64 * (r_k + 32));" in text
-    assert "l < min(2031, (s_m + 1) * 512); l += 16)" in text
+    assert "l < min(2031, (s_m + 1) * 1024); l += 16)" in text
 
 
 def test_prefetch_of_a_block_in_runs():

@@ -176,7 +176,8 @@ def score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: 
     dram = c["out_bytes"] * (1 + post_inputs)
     T = np.array([lay.tile], np.int64)
     _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=np.array([v]),
-                          acc=np.array([acc_vregs]), es=es, groups=np.array([wg]))
+                          acc=np.array([acc_vregs]), es=es, groups=np.array([wg]),
+                          fastest=np.array([-1 if f is None else f]))
     reuse = int(sweep_reuse(swept, chunk_bytes=np.array([mr]),
                             partial_bytes=np.array([acc_vregs * v * es]),
                             l1_bytes=hw.l1_bytes)[0])
@@ -264,7 +265,9 @@ def many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     dram = np.full(n, c["out_bytes"] * (1 + post_inputs), np.int64)
     # The kernel's own traffic (l2s, drs) counts its sweep; the score keeps PlaidML's plan,
     # one tile a work-item (its ranking is what `--model plaidml` means).
-    _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=v, acc=acc_vregs, es=es, groups=wg)
+    fastest = np.where(has_f, np.array(outs or [-1])[fpos], -1)
+    _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=v, acc=acc_vregs, es=es, groups=wg,
+                          fastest=fastest)
     reuse = sweep_reuse(swept, chunk_bytes=mr, partial_bytes=acc_vregs * v * es,
                         l1_bytes=hw.l1_bytes)
     big, _ = largest_panel(flat, T)

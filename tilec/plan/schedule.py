@@ -328,7 +328,7 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
                 points *= sched.acc_counts()[k]
             sched = replace(sched, sweep=choose_sweep(
                 flat, tuple(tile), hw, vec_index=vec_index, lanes=lanes, acc_points=points,
-                es=4, groups=sched.groups()))
+                es=4, groups=sched.groups(), fastest=go[0] if go else None))
     return replace(sched, rolled=True) if variant == ROLLED else sched
 
 
