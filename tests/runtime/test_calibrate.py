@@ -216,3 +216,20 @@ def test_a_simulator_is_measured_only_when_asked(tmp_path, monkeypatch):
 def test_devices_with_an_unknown_device_is_an_error(capsys):
     assert main(["devices", "--calibrate", "--device", "no such device"]) == 1
     assert "no OpenCL device matches 'no such device'" in capsys.readouterr().err
+
+
+@needs_device
+def test_the_probe_and_calibration_print_no_compiler_warnings(tmp_path):
+    """PoCL writes its compiler's warnings to the process's stderr itself (on AVX2 CPUs the
+    float16 kernels' calls change the ABI: "25 warnings generated."); a user's first compile
+    must not show them.  Fresh caches, so that the probe and the kernels are built again."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, POCL_CACHE_DIR=str(tmp_path / "pocl"),
+               XDG_CACHE_HOME=str(tmp_path / "xdg"), PYOPENCL_COMPILER_OUTPUT="0")
+    done = subprocess.run([sys.executable, "-m", "tilec.cli", "devices", "--calibrate"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "calibrated (" in done.stdout
+    assert "warning" not in done.stderr.lower(), done.stderr

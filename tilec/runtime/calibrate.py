@@ -139,7 +139,10 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prg = cl.Program(context, ck.source(widths, read_w, exp_w)).build()
+        # -w: PoCL's compiler prints its warnings to the process's stderr itself (on AVX2
+        # CPUs "25 warnings generated." for the float16 kernels, whose calls change the
+        # ABI), where a user's first compile would show them; the kernels are tilec's own.
+        prg = cl.Program(context, ck.source(widths, read_w, exp_w)).build(options=["-w"])
     m = _Meter(cl, context, queue, local)
     rounds = _muladd_rounds(m, prg, widths, 4 * cus)
     form, width, peak = choose_form(rounds)
