@@ -187,8 +187,7 @@ def probe_result(device) -> ProbeResult:
         ctx = cl.Context([device])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # -w: PoCL prints its compiler's warnings to stderr itself (a float16 argument
-            # changes the ABI on AVX2 CPUs); a compile error still raises.
+            # -w: PoCL prints compiler warnings to stderr itself (AVX2: float16 ABI notes)
             prg = cl.Program(ctx, _PROBE).build(options=["-w"])
         limit = _run_probe(cl, ctx, device, prg)
     except cl.Error as e:
