@@ -71,7 +71,8 @@ print(json.dumps({"wall": float(np.median(walls)), "sum": float(np.median(sums))
 
 
 def block(tree: Path, target: str, device: str, calls: int, cache: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    rest = os.environ.get("PYTHONPATH")  # a tree's tilec first, then whatever else was set
+    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{rest}" if rest else str(tree))
     p = subprocess.run([sys.executable, "-c", PROBE, target, device, str(calls), cache],
                        capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),
                        timeout=1800)
