@@ -396,3 +396,58 @@ def test_constant_weight_panels_run_against_numpy():
     check_run(exe, seed=9)
     plain = tilec.compile(STRIDED_1X1, shapes, config=config)
     assert not any("K_panels" in k.name for k in plain.kernels)
+
+
+def test_a_count_the_tile_does_not_divide_takes_narrower_panels():
+    """squeezenet's classifier, 512 -> 1000 classes on 13x13 pixels, its weight bound: the
+    search's 16-wide tiles do not divide 1000, so the panels are the widest whole vectors that
+    do (8 wide: 125 panels); the packed program computes what the one as written does."""
+    from tilec.plan.pack import pack_panels
+
+    src = """function (I[N, H, W, CI], K[CI, CO], B[CO]) -> (R) {
+  O[n, x0, x1, co : N, H, W, CO] = +(I[n, x0, x1, ci] * K[ci, co]);
+  R = O + B;
+}"""
+    shapes = {"I": (1, 13, 13, 512), "K": (512, 1000), "B": (1000,)}
+    program = check_program(src, shapes)
+
+    def choose(f):
+        """The search's tile, 16 wide along the channels (as on a Zen 3's device model)."""
+        tile = list(search(f, CPU).tile)
+        if "co" in f.names:
+            tile[f.names.index("co")] = 16
+        return tuple(tile), None
+
+    (flat,) = [k.flat for k in plan_kernels(program).kernels if hasattr(k, "flat")]
+    tile = choose(flat)[0]
+    sched = make_schedule(flat, tile, CPU)
+    assert 1000 % tile[sched.vec_index], "the case needs a tile width that does not divide"
+
+    out = pack_panels(program, CPU, choose, constants={"K"})
+    (copy,) = _packs(out)
+    shape = out.tensors[copy.output].shape
+    assert shape[-1] % sched.vec == 0 and 1000 % shape[-1] == 0 and shape[-1] < tile[
+        sched.vec_index]
+    assert shape == (1000 // shape[-1], 512, shape[-1])
+    rng = np.random.default_rng(6)
+    arrays = {n: random_array(rng, program.tensors[n].shape, "float32") for n in program.inputs}
+    np.testing.assert_allclose(evaluate_program(out, arrays)["R"],
+                               evaluate_program(program, arrays)["R"], rtol=1e-5, atol=1e-5)
+
+
+def test_narrower_panels_run_against_numpy():
+    """The same classifier compiled on the CPU device with its weight bound: the panels are
+    made at bind and the product matches numpy, outputs poisoned."""
+    import tilec
+
+    from ..codegen.test_kernels import check_run
+
+    src = """function (I[N, H, W, CI], K[CI, CO], B[CO]) -> (R) {
+  O[n, x0, x1, co : N, H, W, CO] = +(I[n, x0, x1, ci] * K[ci, co]);
+  R = O + B;
+}"""
+    shapes = {"I": (1, 13, 13, 512), "K": (512, 1000), "B": (1000,)}
+    config = Config(device="Portable Computing Language", use_disk_cache=False,
+                    use_tuning_records=False)
+    exe = tilec.compile(src, shapes, config=config, constants={"K"})
+    check_run(exe, seed=11)
