@@ -451,3 +451,22 @@ def test_narrower_panels_run_against_numpy():
                     use_tuning_records=False)
     exe = tilec.compile(src, shapes, config=config, constants={"K"})
     check_run(exe, seed=11)
+
+
+def test_narrower_panels_only_for_weights():
+    """An operand copied at every call (no `constants`) whose count the tile's width does not
+    divide keeps its layout: the narrower panels were measured for bound weights only."""
+    from tilec.plan.pack import pack_panels
+
+    shapes = {"A": (256, 512), "B": (512, 1000)}  # B: 2 MB, past the model's L2
+    program = check_program(MATMUL, shapes)
+
+    def choose(f):
+        tile = list(search(f, CPU).tile)
+        tile[f.names.index("n")] = 16
+        return tuple(tile), None
+
+    assert not _packs(pack_panels(program, CPU, choose))
+    out = pack_panels(program, CPU, choose, constants={"B"})
+    (copy,) = _packs(out)
+    assert out.tensors[copy.output].shape == (125, 512, 8)

@@ -21,16 +21,17 @@ Measured with the copy included: 2-core Zen 4, PyPI PoCL 3.0, 2048 matmul 242 ->
 Which operand and which nr: the tile search's choice for the contraction as written gives the
 vector index u (an output index) and its tile, nr.  An operand is packed when it reads u
 plainly along one axis the output also takes plainly and of the same size, nr divides that
-size and is smaller (where the tile's width does not divide it, the widest whole vectors
-that do: squeezenet's 1000 classes under 16-wide tiles take 8-wide panels, its classifier
-1.53 -> 1.21 ms on a 2-core Zen 3), the operand is larger than a core's L2 (one that fits stays there in
-any layout: on the 16-core Xeon the 512 matmul ran 0.29 ms as written and 0.40 ms with the
-copy, whose launch and pass cost more than the panels save; a model's weight, named by
-`constants` and copied once where it is bound, from `CONSTANT_L2_SHARE`-th of L2), and each
-panel is read by at least `MIN_REREADS` work-groups (a matrix-vector product reads each
-element once: the copy would double its traffic).  Only CPU models pack (GPUs stage tiles in
-local memory), only `+(x * y)` contractions without rewrites and without constraints on the
-panel index, and never one whose tile the user forced
+size and is smaller (where the tile's width does not divide it, a weight takes the widest
+whole vectors that do: squeezenet's 1000 classes under 16-wide tiles, 8-wide panels, its
+classifier 1.53 -> 1.21 ms on a 2-core Zen 3), the operand is larger than a core's L2 (one
+that fits stays there in any layout: on the 16-core Xeon the 512 matmul ran 0.29 ms as
+written and 0.40 ms with the copy, whose launch and pass cost more than the panels save;
+a model's weight, named by `constants` and copied once where it is bound, from
+`CONSTANT_L2_SHARE`-th of L2), and each panel is read by at least `MIN_REREADS` work-groups
+(a matrix-vector product reads each element once: the copy would double its traffic).
+Only CPU models pack (GPUs stage tiles in local memory), only `+(x * y)` contractions
+without rewrites and without constraints on the panel index, and never one whose tile the
+user forced
 (`--tile` names its indices; such a one may still read a relaid operand, below, whose indices
 are those written).  An NHWC convolution's filter `K[i, j, ci, co]` holds its output channels
 last already; past L2 it is packed the same way, `K_panels[coo, i, j, ci, coi]` (its padding
@@ -181,9 +182,11 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
             any(c.coeffs[v] != 0 for c in flat.constraints):
         return None
     n = tensors[op.output].shape[out_plain.index(u)] if u in out_plain else 0
-    if n % nr:
+    narrow = n % nr != 0
+    if narrow:
         # A count the tile's width does not divide (squeezenet's 1000 classes under 16-wide
-        # tiles) takes the widest panels of whole vectors that divide it, if any.
+        # tiles) takes the widest panels of whole vectors that divide it, if any: a weight's
+        # only (bound once), as measured; an operand copied each call keeps its layout.
         nr = max((w for w in range(sched.vec, nr, sched.vec) if n % w == 0), default=0)
     if nr < 2 or n <= nr:
         return None
@@ -199,6 +202,8 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
             if flat.inputs[j].strides[k] == 0:
                 rereads *= -(-flat.ranges[k] // tile[k])
         weight = len(x.idx) > 2 or x.tensor in constants  # copied once, where it is bound
+        if narrow and not weight:
+            continue
         if rereads >= (MIN_FILTER_REREADS if weight else MIN_REREADS):
             return Packing(j, axes[0], u, nr)
     return None
