@@ -1,7 +1,8 @@
 """Measure many tiles of one contraction against the time model's predictions.
 
     python benchmarks/tile_sweep.py FILE.tile --shape NAME=AxB ... [--device D] [--kernel K]
-           [--top 16] [--random 16] [--repeat 9] [--json OUT.jsonl]
+           [--top 16] [--random 16] [--repeat 9] [--json OUT.jsonl] [--save OUT.pkl]
+    python benchmarks/tile_sweep.py --case "matmul 1024" ...   (a case of benchmarks/suite.py)
 
 The contraction is the one compile builds: the program is planned as `tilec compile` plans it
 (sums split in parts, filters relaid and operands packed: `tune.measure.Prepared`), and the
@@ -15,7 +16,10 @@ shared machine hits every tile alike).  One JSON line a tile: the tile, predicte
 bottleneck, PlaidML's score, whether compile chose it, measured seconds (median of `--repeat`)
 and the runs' spread; the end prints Spearman's rho between predicted and measured and the
 regret of the time model's first choice and of compile's choice within the sample.  The data
-fits and checks `plan.predict`'s coefficients."""
+fits and checks `plan.predict`'s coefficients: `--save` keeps, beside the measurements, the
+contraction, its post-ops and the hardware model the predictions came from, so that
+`benchmarks/fit_cpu.py` can predict the same tiles again under other coefficients, sweeps of
+several machines together."""
 
 from __future__ import annotations
 
@@ -31,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("file")
+    ap.add_argument("file", nargs="?", help="a .tile program (or --case)")
+    ap.add_argument("--case", help="a case of benchmarks/suite.py by its exact name instead")
+    ap.add_argument("--save", help="a pickle of the sweep for benchmarks/fit_cpu.py")
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--device")
     ap.add_argument("--hw", help="hardware model (default: the device's, calibrated if stored)")
@@ -54,8 +60,17 @@ def main() -> int:
     from tilec.tune.bench import Candidate, Runner
     from tilec.tune.measure import Prepared, spearman, variant
 
-    src = read_source(args.file)
-    shapes = dict(parse_shape(s) for s in args.shape) or None
+    if args.case:
+        from benchmarks.suite import cpu_cases, gpu_cases
+        found = [c for c in cpu_cases() + gpu_cases() if c.name == args.case]
+        if not found:
+            ap.error(f"no suite case named {args.case!r}")
+        src, shapes = found[0].source, dict(found[0].shapes)
+    elif args.file:
+        src = read_source(args.file)
+        shapes = dict(parse_shape(s) for s in args.shape) or None
+    else:
+        ap.error("give a .tile file or --case")
     config = Config(device=args.device, use_tuning_records=False)
     prep = Prepared(src, shapes, config=config, hw=args.hw)
     hw = prep.model
@@ -116,6 +131,8 @@ def main() -> int:
         print(line, flush=True)
         if out:
             out.write(line + "\n")
+    if args.save:
+        _save(args.save, prep, kernel, args.case or " ".join([args.file] + args.shape), rows)
     fin = [r for r in rows if np.isfinite(r["predicted_s"])]
     if len(fin) > 2:
         rho = spearman([r["predicted_s"] for r in fin], [r["measured_s"] for r in fin])
@@ -128,6 +145,31 @@ def main() -> int:
               f"{first['predicted_s'] * 1e3:.4f} ms, measured {first['measured_s'] * 1e3:.4f} "
               f"ms), compile's choice {took_s}; fastest {best * 1e3:.4f} ms")
     return 0
+
+
+def _save(path: str, prep, kernel, name: str, rows: list[dict]) -> None:
+    """The sweep as `fit_cpu.py` reads it: what predicts a tile (the contraction, its post-op
+    count, the hardware model) and each measured tile with its time and spread."""
+    import pickle
+    import platform
+
+    info = prep.runtime.info
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    data = {"name": name, "kernel": kernel.name, "flat": kernel.flat,
+            "post": kernel.post_op_count, "hw": prep.model,
+            "device": f"{info.platform_version} / {info.name}", "cpu": cpu,
+            "tiles": [tuple(r["tile"].values()) for r in rows],
+            "measured_s": [r["measured_s"] for r in rows],
+            "spread": [r["spread"] for r in rows], "chosen": [r["chosen"] for r in rows]}
+    with open(path, "wb") as f:
+        pickle.dump(data, f)
 
 
 def _registers(prep, text: str) -> int | None:

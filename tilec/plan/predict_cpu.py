@@ -25,10 +25,9 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
 The clock is the one at which the cores reach the calibrated peak with two FMA pipes at their
 full-speed vector width (`muladd_vec`, else vec_size), so a tile's compute term is its cycle
 count against an ideal microkernel at the measured peak.  A tile cost rejects (over regs) is
-predicted infinitely slow.  The coefficients were fitted to tile sweeps (matmul 256-2048, a
-3x3 convolution, a 2x2 max pool) on the Debian PoCL device of the 2-core dev VM; the PyPI
-PoCL 3.0 device there runs the same kernels about 10x below its calibrated peak, which no
-calibrated fact shows (its ranking still holds where the slowdown hits every tile alike)."""
+predicted infinitely slow.  The coefficients are shared by every CPU (what differs between
+CPUs comes from their calibration) and were fitted to tile sweeps of two of them together
+(`CpuCoefficients`)."""
 
 from __future__ import annotations
 
@@ -48,22 +47,27 @@ _COMPUTE, _L2, _DRAM, _LAUNCH, _REGS, _L1 = range(6)
 
 @dataclass(frozen=True)
 class CpuCoefficients:
-    # Fitted (coordinate descent on log error, regret and rank) to 260 tiles measured on
-    # the Debian PoCL 3.1 device of the 2-core EPYC VM; cost's constants were the start.
+    # Fitted by `benchmarks/fit_cpu.py` (coordinate descent on log error, regret and rank) to
+    # 27 tile sweeps of two CPUs at once: a 2-core Zen 3 with the PyPI PoCL 3.0 and a 16-core
+    # Skylake-AVX-512 Xeon with Debian's PoCL 5.0 (matrix products from 1x1024x4096 to 2048^3,
+    # 3x3 convolutions at stride 1 and 2, a 1x1 convolution, a depthwise convolution, two max
+    # pools), each machine's calibration giving its peak, bandwidths and launch costs.  The
+    # coefficients before, fitted to one VM's tiles, predicted both CPUs' matrix products
+    # 1.5-2x slow.
     fma_ports: float = 2.0  # vector FMAs a core issues a cycle (the clock is derived from it)
     load_ports: float = 1.0  # operand loads a cycle (broadcasts and vloads of PoCL's code)
-    latency: float = 7.0  # cycles of a step at least (FMA latency: few accumulators wait)
-    load_issue: float = 0.375  # issue cycles an operand load adds (addresses, selects)
-    stream: float = 1.0  # cycles per extra contiguous run an input's tile loads a step
-    chunk: float = 4.0  # cycles per reduction chunk (loop set-up, pointer arithmetic)
-    loop: float = 6.0  # cycles per trip of a loop around the innermost (masks, addresses)
-    line: float = 0.03  # cycles a step waits per cache line it brings from L2 (not from L1)
-    llc: float = 0.33  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
+    latency: float = 3.2  # cycles of a step at least (FMA latency: few accumulators wait)
+    load_issue: float = 0.1  # issue cycles an operand load adds (addresses, selects)
+    stream: float = 1.6  # cycles per extra contiguous run an input's tile loads a step
+    chunk: float = 0.9  # cycles per reduction chunk (loop set-up, pointer arithmetic)
+    loop: float = 3.7  # cycles per trip of a loop around the innermost (masks, addresses)
+    line: float = 0.012  # cycles a step waits per cache line it brings from L2 (not from L1)
+    llc: float = 0.57  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
     llc_mib: float = 16.0  # tensors this small come from the L3, not DRAM (dev VM: 32 MiB)
-    tile: float = 48.0  # cycles per work-item (indices, stores)
-    partial: float = 2.0  # cycles per accumulator vector a swept tile keeps between chunks
-    store_run: float = 2.0  # cycles per extra contiguous run a tile's stores write (addresses)
-    overlap: float = 2.25  # p of the p-norm joining compute and memory (inf: perfect overlap)
+    tile: float = 23.0  # cycles per work-item (indices, stores)
+    partial: float = 0.64  # cycles per accumulator vector a swept tile keeps between chunks
+    store_run: float = 10.0  # cycles per extra contiguous run a tile's stores write (addresses)
+    overlap: float = 2.45  # p of the p-norm joining compute and memory (inf: perfect overlap)
     launch_us: float = 5.0  # a launch, where the device was not calibrated
     group_us: float = 0.01  # a work-group's dispatch, where the device was not calibrated
 
