@@ -41,7 +41,7 @@ from tilec.plan.predict_cpu import DEFAULT, CpuCoefficients, predict_many_cpu  #
 from tilec.tune.measure import spearman  # noqa: E402
 
 FITTED = ("load_ports", "latency", "load_issue", "stream", "chunk", "loop", "line", "llc",
-          "tile", "partial", "store_run", "overlap")
+          "tile", "partial", "store_run", "overlap", "run_bytes")
 
 
 @dataclasses.dataclass
@@ -97,8 +97,8 @@ def fit(sweeps: list[Sweep], start: CpuCoefficients, rounds: int) -> CpuCoeffici
         factors = [span ** e for e in (-1.0, -0.5, -0.25, 0.25, 0.5, 1.0)]
         for name in FITTED:
             base = getattr(best, name)
-            for f in factors:
-                value = base * f
+            # A coefficient at 0 (a term switched off) is tried at a few values instead.
+            for value in [base * f for f in factors] if base else [16.0, 64.0, 256.0]:
                 if name == "overlap":
                     value = max(1.0, value)
                 trial = dataclasses.replace(best, **{name: value})

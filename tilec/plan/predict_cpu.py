@@ -56,18 +56,21 @@ class CpuCoefficients:
     # 1.5-2x slow.
     fma_ports: float = 2.0  # vector FMAs a core issues a cycle (the clock is derived from it)
     load_ports: float = 1.0  # operand loads a cycle (broadcasts and vloads of PoCL's code)
-    latency: float = 3.2  # cycles of a step at least (FMA latency: few accumulators wait)
-    load_issue: float = 0.1  # issue cycles an operand load adds (addresses, selects)
+    latency: float = 1.6  # cycles of a step at least (FMA latency: few accumulators wait)
+    load_issue: float = 0.075  # issue cycles an operand load adds (addresses, selects)
     stream: float = 1.6  # cycles per extra contiguous run an input's tile loads a step
-    chunk: float = 0.9  # cycles per reduction chunk (loop set-up, pointer arithmetic)
-    loop: float = 3.7  # cycles per trip of a loop around the innermost (masks, addresses)
-    line: float = 0.012  # cycles a step waits per cache line it brings from L2 (not from L1)
-    llc: float = 0.57  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
+    chunk: float = 0.23  # cycles per reduction chunk (loop set-up, pointer arithmetic)
+    loop: float = 5.2  # cycles per trip of a loop around the innermost (masks, addresses)
+    line: float = 0.005  # cycles a step waits per cache line it brings from L2 (not from L1)
+    llc: float = 0.62  # bandwidth of re-reads from past L2 (the L3) over the L2 bandwidth
     llc_mib: float = 16.0  # tensors this small come from the L3, not DRAM (dev VM: 32 MiB)
-    tile: float = 23.0  # cycles per work-item (indices, stores)
-    partial: float = 0.64  # cycles per accumulator vector a swept tile keeps between chunks
+    tile: float = 17.7  # cycles per work-item (indices, stores)
+    partial: float = 0.7  # cycles per accumulator vector a swept tile keeps between chunks
     store_run: float = 10.0  # cycles per extra contiguous run a tile's stores write (addresses)
     overlap: float = 2.45  # p of the p-norm joining compute and memory (inf: perfect overlap)
+    # Bytes of a contiguous run at which reading a tensor from DRAM or L3 takes twice its
+    # bytes' time (a run of r bytes reads at r / (r + run_bytes) of the bandwidth).
+    run_bytes: float = 15.0
     launch_us: float = 5.0  # a launch, where the device was not calibrated
     group_us: float = 0.01  # a work-group's dispatch, where the device was not calibrated
 
@@ -151,14 +154,24 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
 
     l1_bw = (hw.l1_gbs or 4 * hw.bandwidth_gbs) * 1e9
     l2_bw = (hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9
-    l1 = steps * load_bytes / l1_bw
-    l2 = stats["l2_bytes"] / l2_bw
+    # Fewer work-items than cores leave the idle cores' caches and their share of DRAM's
+    # bandwidth unused (a matrix-vector product in 8 work-items on 16 cores ran 2x slower
+    # than in 16).
+    active = np.minimum(1.0, items / cores)
+    l1 = steps * load_bytes / l1_bw / active
+    l2 = stats["l2_bytes"] / l2_bw / active
     # cost's DRAM bytes count every panel re-read past L2 as DRAM traffic; the CPUs have an
     # L3 that serves those re-reads, so only the tensors' own bytes come at DRAM bandwidth.
     unique = float(sum(c["sizes"]) + c["out_bytes"])
     beyond = np.maximum(stats["dram_bytes"] - unique, 0.0)
     first_bw = coeff.llc * l2_bw if unique <= coeff.llc_mib * 2**20 else hw.bandwidth_gbs * 1e9
-    dram = unique / first_bw + beyond / (coeff.llc * l2_bw)
+    # Short runs read below the bandwidth: a work-item reading 64 B of each 256 B pixel (a
+    # max pool's 16 of 64 channels) ran 1.5-2x slower than one reading whole pixels.
+    first = np.full(n, float(c["out_bytes"]))
+    for t, size in zip(flat.inputs, c["sizes"], strict=True):
+        run = input_runs(flat, t, T) * es
+        first = first + size * (run + coeff.run_bytes) / run
+    dram = (first / first_bw + beyond / (coeff.llc * l2_bw)) / active
     fixed = ((hw.launch_us or coeff.launch_us) + items * (hw.group_us or coeff.group_us)) * 1e-6
     terms = np.stack([compute, l2, dram, l1], axis=1)
     body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
@@ -178,6 +191,25 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             # local-memory reads
             "regs": stats.get("vregs", acc).astype(np.float64), "copies": np.zeros(n),
             "reads": np.zeros(n)}
+
+
+def input_runs(flat: FlatContraction, t, T: np.ndarray) -> np.ndarray:
+    """Elements of the longest contiguous run input t's reads make in one work-item's tile,
+    per row of T (a tile over every index): its indices by stride, each extending the run
+    below it where its stride is at most that run's length (overlapping windows too: a 3x3
+    stride-2 pool's 2y+j over 7 y's and 3 j's is 15 pixels), until one does not while its tile
+    has several points."""
+    n = T.shape[0]
+    length = np.ones(n, np.int64)
+    whole = np.ones(n, bool)
+    for k in sorted(range(len(flat.names)), key=lambda k: abs(t.strides[k])):
+        s = abs(t.strides[k])
+        if s == 0:
+            continue
+        grow = whole & (s <= length)
+        length = np.where(grow, (T[:, k] - 1) * s + length, length)
+        whole = grow | (T[:, k] == 1) & whole
+    return length
 
 
 def output_runs(flat: FlatContraction, outs: list[int], A: np.ndarray) -> np.ndarray:
