@@ -235,3 +235,51 @@ def test_a_window_chunk_counts_its_rows_once_for_the_sweep(monkeypatch):
         np.full(T.shape[0], -1), np.ones(T.shape[0], np.int64)))
     plain = score_many(flat, row, WIDE_L1)
     assert swept["l2_bytes"][0] * 3 < plain["l2_bytes"][0]
+
+
+def _maxpool_flat(window: int, stride: int):
+    """O[x, y, c] = max over i, j < window of I[stride*x + i, stride*y + j, c], 56x56 outputs
+    of 64 channels (channels-last): index order (c, i, j, x, y)."""
+    from tilec.plan.flat import FlatContraction, FlatTensor
+
+    side = stride * 56 + window
+    out = FlatTensor("O", (1, 0, 0, 56 * 64, 64), 0)
+    src = FlatTensor("I", (1, side * 64, 64, stride * side * 64, stride * 64), 0)
+    return FlatContraction(("c", "i", "j", "x", "y"), (64, window, window, 56, 56), (out, src),
+                           agg=">", comb=None)
+
+
+def test_input_runs_follow_the_strides_and_merge_overlapping_windows():
+    from tilec.plan.predict_cpu import input_runs
+
+    pool = _maxpool_flat(2, 2)
+    src = pool.tensors[1]
+    T = np.array([[16, 2, 2, 1, 7],   # a quarter of each pixel: 16-float runs
+                  [64, 2, 2, 1, 1],   # whole pixels, the 2 of a window row: 128
+                  [64, 2, 2, 1, 7],   # 7 outputs along y: 14 pixels
+                  [64, 2, 2, 7, 1],   # 7 outputs down x: rows apart, 2 pixels
+                  [64, 1, 1, 1, 1]], np.int64)
+    assert list(input_runs(pool, src, T)) == [16, 128, 896, 128, 64]
+    # A 3x3 stride-2 window over 7 outputs covers 15 contiguous pixels, not 3 x 7.
+    pool3 = _maxpool_flat(3, 2)
+    assert list(input_runs(pool3, pool3.tensors[1], np.array([[64, 3, 3, 1, 7]]))) == [15 * 64]
+
+
+def test_short_runs_and_idle_cores_cost_memory_time():
+    """A tile that reads a quarter of each pixel moves the same bytes as one reading whole
+    pixels and is predicted slower from DRAM; so is a matrix-vector product split into fewer
+    work-items than the device has cores (8 of 16 ran 2x slower on a 16-core Xeon)."""
+    pool = _maxpool_flat(2, 2)
+    T = np.array([[16, 2, 2, 1, 4], [64, 2, 2, 1, 1]], np.int64)
+    p = _predict(pool, T, CALIBRATED)
+    assert p["dram_s"][0] > 1.1 * p["dram_s"][1]
+    from tilec.plan.predict_cpu import DEFAULT
+    off = predict_many_cpu(pool, T, CALIBRATED, score_many(pool, T, CALIBRATED),
+                           coeff=replace(DEFAULT, run_bytes=0.0))
+    assert off["dram_s"][0] == pytest.approx(off["dram_s"][1], rel=0.02)
+    gemv = matmul_flat(1, 1024, 4096)
+    sixteen = replace(CALIBRATED, compute_units=16)
+    T = np.array([[256, 1, 64], [256, 1, 128]], np.int64)  # 16 and 8 work-items
+    p = _predict(gemv, T, sixteen)
+    assert p["dram_s"][1] > 1.8 * p["dram_s"][0]
+    assert p["l2_s"][1] > 1.8 * p["l2_s"][0]

@@ -16,10 +16,13 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
               cycles of one tile (il chunks; runs: `output_runs`)
     compute = ceil(wg / sweep / cores) x sweep x item / clock
               work-items (`sweep` tiles each) in waves over the cores
-    L1      = operand bytes the steps load / the calibrated L1 bandwidth
-    L2      = cost's L2 bytes (panels, outputs) / the calibrated L2 bandwidth
-    DRAM    = the tensors once / the DRAM bandwidth (the L3's, llc x L2, when they fit it)
-              + cost's panel re-reads past L2 / the L3's bandwidth
+    L1      = operand bytes the steps load / the calibrated L1 bandwidth / active
+    L2      = cost's L2 bytes (panels, outputs) / the calibrated L2 bandwidth / active
+    DRAM    = (each input once x (run + run_bytes) / run + the output once) / the DRAM
+              bandwidth (the L3's, llc x L2, when they fit it)
+              + cost's panel re-reads past L2 / the L3's bandwidth, all / active
+              (run: the bytes of the longest contiguous run a work-item reads, `input_runs`;
+              active: the share of the cores the work-items occupy, at most 1)
     time    = launch + wg x group + |compute, L1, L2, DRAM|_p
 
 The clock is the one at which the cores reach the calibrated peak with two FMA pipes at their
