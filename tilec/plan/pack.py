@@ -110,6 +110,7 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     (`CONSTANT_L2_SHARE`)."""
     if hw.kind != "cpu":
         return program
+    constants = bound_once(program, constants)
     tensors = dict(program.tensors)
     ops: list[ir.Statement] = []
     # (operand, axis, nr) -> its packed tensor; nr 0: the operand with that axis moved last.
@@ -147,6 +148,23 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     if not changed:
         return program
     return dataclasses.replace(program, ops=tuple(ops), tensors=tensors)
+
+
+def bound_once(program: ir.Program, constants: Collection[str]) -> set[str]:
+    """`constants` and every tensor computed from them alone (a weight scaled by a folded
+    normalization): the runtime computes those once, where the constants are bound
+    (`runtime.launch` hoists their kernels), so copying them costs no call anything."""
+    done = set(constants)
+    if not done:
+        return done
+    for op in program.ops:
+        if isinstance(op, ir.Contraction):
+            reads = {x.tensor for x in op.inputs} | ({op.default} if op.default else set())
+        else:
+            reads = set(ir.expr_refs(op.expr))
+        if reads and reads <= done:
+            done.add(op.output)
+    return done
 
 
 def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
@@ -361,7 +379,9 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
         return _in_panels(found, flat, tile, tensors[name], hw, constants) if panels else found
     t = tensors[name]
     size = t.size * hw.elem_size(t.dtype)
-    copy = (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
+    # A tensor bound once is copied once, where it is bound: no call pays the copy.
+    copy = 0.0 if name in constants else \
+        (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
     if after + copy >= before:
         return None
     return _in_panels(found, flat, tile, t, hw, constants) if panels else found
