@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -88,10 +86,10 @@ def main() -> int:
     probe = tilec.compile("function (X[N]) -> (Y) { Y = X + 1; }", {"X": (4,)}, config=fused)
     info = probe.runtime.info
     gpu = info.kind == "gpu"
-    cpu_model = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
-                               capture_output=True, text=True).stdout.strip()
     print(f"# {datetime.date.today()}  device: {info.label} ({info.platform_version})")
-    print(f"# host CPU: {cpu_model or platform.processor()}; command: python "
+    from host import cpu_model
+
+    print(f"# host CPU: {cpu_model()}; command: python "
           f"benchmarks/attention.py {' '.join(sys.argv[1:])}")
     peer = "torch SDPA fp32" if gpu else "numpy"
     print(f"| attention B={B} H={H} T={T} d={D} | tilec fused | kernels | tilec unfused | "

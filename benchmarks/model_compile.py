@@ -121,13 +121,9 @@ def one(path: Path, folder: str, device: str | None, workers: int | None = None,
 
 
 def machine() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
-    except OSError:
-        pass
-    return f"unknown CPU ({os.cpu_count()} CPUs)"
+    from host import cpu_model
+
+    return f"{cpu_model() or 'unknown CPU'} ({os.cpu_count()} CPUs)"
 
 
 def write_models(names: list[str], folder: Path) -> dict[str, Path]:

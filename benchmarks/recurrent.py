@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import subprocess
 import sys
 import time
 
@@ -52,14 +51,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     args = ap.parse_args()
     import onnxruntime as ort
+    from host import cpu_model
 
     import tilec.onnx
     from tilec.config import Config
 
-    cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
-                         capture_output=True, text=True).stdout.strip()
     print(f"# {datetime.date.today()}; python benchmarks/recurrent.py {' '.join(sys.argv[1:])}")
-    print(f"# host CPU: {cpu}; onnxruntime {ort.__version__}")
+    print(f"# host CPU: {cpu_model()}; onnxruntime {ort.__version__}")
     print("| layer | tilec kernels (chains / one each) | tilec, chains | tilec, one launch a "
           "kernel | onnxruntime CPU | chains / one each (speed) | chains / onnxruntime "
           "(speed) | max error |")

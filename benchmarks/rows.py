@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -86,10 +84,10 @@ def main() -> int:
     exe = tilec.compile(SOFTMAX, {"X": (R, C)}, config=fused)
     info = exe.runtime.info
     gpu = info.kind == "gpu"
-    cpu_model = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
-                               capture_output=True, text=True).stdout.strip()
     print(f"# {datetime.date.today()}  device: {info.label} ({info.platform_version})")
-    print(f"# host CPU: {cpu_model or platform.processor()}; command: python benchmarks/rows.py "
+    from host import cpu_model
+
+    print(f"# host CPU: {cpu_model()}; command: python benchmarks/rows.py "
           f"--rows {R} --cols {C}" + (f" --device {args.device}" if args.device else ""))
     peer = "torch CUDA" if gpu else "numpy"
     print(f"| op | size | tilec row-fused | kernels | tilec unfused | kernels | {peer} | "

@@ -151,20 +151,13 @@ def _save(path: str, prep, kernel, name: str, rows: list[dict]) -> None:
     """The sweep as `fit_cpu.py` reads it: what predicts a tile (the contraction, its post-op
     count, the hardware model) and each measured tile with its time and spread."""
     import pickle
-    import platform
+
+    from benchmarks.host import cpu_model
 
     info = prep.runtime.info
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     data = {"name": name, "kernel": kernel.name, "flat": kernel.flat,
             "post": kernel.post_op_count, "hw": prep.model,
-            "device": f"{info.platform_version} / {info.name}", "cpu": cpu,
+            "device": f"{info.platform_version} / {info.name}", "cpu": cpu_model(),
             "tiles": [tuple(r["tile"].values()) for r in rows],
             "measured_s": [r["measured_s"] for r in rows],
             "spread": [r["spread"] for r in rows], "chosen": [r["chosen"] for r in rows]}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -182,12 +181,14 @@ def _ort_time(path: Path, feed: dict, repeat: int) -> float:
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
         profile: int = 0, peer_name: str = "torch", chains: bool = True,
         split_k: bool | int | None = None) -> None:
+    from host import cpu_model
+
     import tilec.onnx
     from tilec.config import Config
 
     print(f"# {datetime.date.today()}; command: python benchmarks/zoo.py "
           f"{' '.join(sys.argv[1:])}")
-    print(f"# host CPU: {_cpu()}")
+    print(f"# host CPU: {cpu_model()}")
     if peer_name == "torch":
         print(f"| model (batch {batch}) | kernels | load cold | load warm | tilec | torch eager "
               f"fp32 | tilec / torch (speed) | max error / max |outputs| |")
@@ -245,10 +246,6 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             print(f"| {name} | failed: {first} | | | | | | |", flush=True)
             traceback.print_exc(file=sys.stderr)
 
-
-def _cpu() -> str:
-    return subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
-                          capture_output=True, text=True).stdout.strip()
 
 
 def main() -> int:

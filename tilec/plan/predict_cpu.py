@@ -55,8 +55,8 @@ class CpuCoefficients:
     # Skylake-AVX-512 Xeon with Debian's PoCL 5.0 (matrix products from 1x1024x4096 to 2048^3,
     # 3x3 convolutions at stride 1 and 2, a 1x1 convolution, a depthwise convolution, two max
     # pools), each machine's calibration giving its peak, bandwidths and launch costs.  The
-    # coefficients before, fitted to one VM's tiles, predicted both CPUs' matrix products
-    # 1.5-2x slow.
+    # coefficients before, fitted to one VM's tiles, predicted the larger matrix products
+    # 1.15-1.56x slow on the Zen 3 and 1.23-1.26x on the Xeon.
     fma_ports: float = 2.0  # vector FMAs a core issues a cycle (the clock is derived from it)
     load_ports: float = 1.0  # operand loads a cycle (broadcasts and vloads of PoCL's code)
     latency: float = 1.6  # cycles of a step at least (FMA latency: few accumulators wait)
@@ -198,37 +198,32 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
 
 def input_runs(flat: FlatContraction, t, T: np.ndarray) -> np.ndarray:
     """Elements of the longest contiguous run input t's reads make in one work-item's tile,
-    per row of T (a tile over every index): its indices by stride, each extending the run
-    below it where its stride is at most that run's length (overlapping windows too: a 3x3
-    stride-2 pool's 2y+j over 7 y's and 3 j's is 15 pixels), until one does not while its tile
-    has several points."""
-    n = T.shape[0]
-    length = np.ones(n, np.int64)
-    whole = np.ones(n, bool)
-    for k in sorted(range(len(flat.names)), key=lambda k: abs(t.strides[k])):
-        s = abs(t.strides[k])
-        if s == 0:
-            continue
-        grow = whole & (s <= length)
-        length = np.where(grow, (T[:, k] - 1) * s + length, length)
-        whole = grow | (T[:, k] == 1) & whole
-    return length
+    per row of T (a tile over every index); overlapping windows merge too: a 3x3 stride-2
+    pool's 2y+j over 7 y's and 3 j's is 15 pixels."""
+    return _contiguous(t.strides, T)[0]
 
 
 def output_runs(flat: FlatContraction, outs: list[int], A: np.ndarray) -> np.ndarray:
     """Contiguous runs of memory a work-item's output tile writes, per row of A (its points
-    along `outs`): the indices by output stride, each one extending the run below it while
-    its stride is that run's length (a 7 x 64 tile of a [.., 7, 64] block is one run of 448
-    floats; 7 rows a plane apart are 7 runs)."""
-    n = A.shape[0]
+    along `outs`): a 7 x 64 tile of a [.., 7, 64] block is one run of 448 floats; 7 rows a
+    plane apart are 7 runs."""
+    return _contiguous([flat.output.strides[k] for k in outs], A)[1]
+
+
+def _contiguous(strides, extents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(length of the first run, number of runs) of the points a tile of `extents` (a column
+    per stride) covers, per row: the indices by stride, each extending the run below it
+    where its stride is at most that run's length, until one does not while its tile has
+    several points; every index after that multiplies the runs."""
+    n = extents.shape[0]
     runs, length = np.ones(n, np.int64), np.ones(n, np.int64)
     whole = np.ones(n, bool)  # the run so far is one dense block
-    for j in sorted(range(len(outs)), key=lambda j: abs(flat.output.strides[outs[j]])):
-        s = abs(flat.output.strides[outs[j]])
+    for j in sorted(range(len(strides)), key=lambda j: abs(strides[j])):
+        s, e = abs(strides[j]), extents[:, j]
         if s == 0:
             continue
-        grow = whole & (s == length)
-        length = np.where(grow, length * A[:, j], length)
-        runs = np.where(grow | (A[:, j] == 1), runs, runs * A[:, j])
-        whole = grow | (A[:, j] == 1) & whole
-    return runs
+        grow = whole & (s <= length)
+        length = np.where(grow, (e - 1) * s + length, length)
+        runs = np.where(grow | (e == 1), runs, runs * e)
+        whole = grow | (e == 1) & whole
+    return length, runs
