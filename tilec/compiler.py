@@ -39,8 +39,8 @@ from .runtime.memory import plan_memory
 from .runtime.prebuild import (
     BuildWorkers,
     Prebuild,
-    driver_caches_kernels,
     early_workers,
+    part_count,
     split_parts,
 )
 from .runtime.progress import Progress, step
@@ -78,8 +78,8 @@ class Executable(Launcher):
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         # A large program on PoCL's CPU devices is built in parts, by worker processes where
         # that is cold (`prebuild`); the parts then come from PoCL's cache here.
-        parts = split_parts(shared, sources,
-                            split=built is None and driver_caches_kernels(runtime))
+        parts = split_parts(shared, sources, 1 if built is not None
+                            else part_count(runtime, config.build_workers))
         if built is not None and workers is not None:
             workers.close()
         self._prebuild = None if built is not None else Prebuild.start(
@@ -107,9 +107,9 @@ class Executable(Launcher):
         if self._prebuild is not None:
             self._launch_ahead()
 
-    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
-                partial: bool = False) -> dict[str, np.ndarray]:
-        out = super()._inputs(arrays, partial=partial)
+    def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
+                views: bool = False) -> dict[str, np.ndarray]:
+        out = super()._inputs(arrays, partial=partial, views=views)
         for name, value in self.program.fixed.items():
             if name in out and int(out[name]) != value:
                 raise TileError(f"input {name} is {int(out[name])}, but the program was "

@@ -143,3 +143,34 @@ def test_a_bound_copy_is_settled_on_the_host_and_a_copy_of_a_device_result_is_la
     assert not set(exe.hoisted) & set(exe.last_timings)
     np.testing.assert_allclose(out["C"], a @ w.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["D"], a @ (w * 2.5 + s).T, rtol=1e-5, atol=1e-5)
+
+
+@needs_device
+def test_an_input_only_host_kernels_read_is_uploaded_when_the_device_needs_it():
+    # W is read by its copy alone, which bind settles on the host: W is not uploaded.  A call
+    # giving S runs every bound kernel again on the device, the copy of W included: W's
+    # buffer must hold W by then.
+    src = """function (A[M, K], W[N, K], S[N, K]) -> (C, D) {
+      Wt[k, n : K, N] = =(W[n, k]);
+      C[m, n : M, N] = +(A[m, k] * Wt[k, n]);
+      V = S * 2.5 + 1.0;
+      Vt[k, n : K, N] = =(V[n, k]);
+      D[m, n : M, N] = +(A[m, k] * Vt[k, n]);
+    }"""
+    exe = tilec.compile(src, {"A": (7, 13), "W": (10, 13), "S": (10, 13)},
+                        config=Config(chains=False))
+    rng = np.random.default_rng(6)
+    w = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    s = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    exe.bind({"W": w.T.copy().T, "S": s})  # W given as a view in another order
+    assert "W" not in exe._buffers, "W was uploaded though only the host reads it"
+    assert "S" in exe._buffers
+    a = rng.uniform(-1, 1, (7, 13)).astype(np.float32)
+    out = exe.run({"A": a}, poison=True)
+    np.testing.assert_allclose(out["C"], a @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["D"], a @ (s * 2.5 + 1.0).T, rtol=1e-5, atol=1e-5)
+    s2 = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    out = exe.run({"A": a, "S": s2}, poison=True)
+    assert set(exe.hoisted) <= set(exe.last_timings), "the bound kernels ran again"
+    np.testing.assert_allclose(out["C"], a @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["D"], a @ (s2 * 2.5 + 1.0).T, rtol=1e-5, atol=1e-5)

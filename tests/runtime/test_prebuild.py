@@ -34,22 +34,41 @@ def _kernel(name: str, scale: float, pad: int = 0) -> KernelSource:
     return KernelSource(name, "elementwise", text, args, 64, None)
 
 
-def test_parts_hold_each_distinct_kernel_once_and_do_not_depend_on_the_machine(monkeypatch):
+def test_parts_hold_each_distinct_kernel_once_and_depend_on_the_count_alone(monkeypatch):
     sources = [_kernel(f"k{i}", 1.0 + i, pad=40 * (i % 3)) for i in range(11)]
     shared = share_kernels(sources, {"x"} | {s.name for s in sources})
     monkeypatch.setattr(prebuild, "SPLIT_MIN_CHARS", 1)
-    parts = prebuild.split_parts(shared, sources)
-    assert len(parts) == prebuild.MAX_PARTS
-    entries = [e for p in parts for e in p.entries]
-    assert sorted(entries) == sorted(s.name for s in sources)
-    for p in parts:  # each part's text is its kernels, in launch order
-        assert p.text.count("__kernel") == len(p.entries)
-        assert list(p.entries) == sorted(p.entries, key=lambda e: int(e[1:]))
-    assert prebuild.split_parts(shared, sources) == parts
-    # Below the thresholds: one program, the whole text.
+    for count, want in ((prebuild.MAX_PARTS, prebuild.MAX_PARTS), (2, 2), (3, 3),
+                        (100, prebuild.MAX_PARTS)):
+        parts = prebuild.split_parts(shared, sources, count)
+        assert len(parts) == want
+        entries = [e for p in parts for e in p.entries]
+        assert sorted(entries) == sorted(s.name for s in sources)
+        for p in parts:  # each part's text is its kernels, in launch order
+            assert p.text.count("__kernel") == len(p.entries)
+            assert list(p.entries) == sorted(p.entries, key=lambda e: int(e[1:]))
+        assert prebuild.split_parts(shared, sources, count) == parts
+    # One part for a count under 2 (no workers) and below the thresholds: the whole text.
+    for count in (0, 1):
+        (one,) = prebuild.split_parts(shared, sources, count)
+        assert one.text == shared.text
     monkeypatch.setattr(prebuild, "SPLIT_MIN_CHARS", 10**9)
     (one,) = prebuild.split_parts(shared, sources)
     assert one.text == shared.text
+
+
+@needs_device
+def test_one_part_a_worker_and_one_where_none_would_build(monkeypatch):
+    rt = Runtime.get(None)
+    if not prebuild.driver_caches_kernels(rt):
+        assert prebuild.part_count(rt, None) == 1
+        return
+    assert prebuild.part_count(rt, 0) == 1
+    assert prebuild.part_count(rt, 1) == 1
+    assert prebuild.part_count(rt, 3) == 3
+    assert prebuild.part_count(rt, 64) == prebuild.MAX_PARTS
+    assert prebuild.part_count(rt, None) == max(1, prebuild.worker_count(rt, None,
+                                                                         prebuild.MAX_PARTS))
 
 
 def _chain() -> tuple[Graph, dict, np.ndarray]:

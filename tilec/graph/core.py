@@ -136,9 +136,28 @@ def constant_array(array: object, dtype: str | None = None) -> np.ndarray:
     if want == "int32" and a.dtype.kind in "iu" and a.size and (
             a.max() > np.iinfo(np.int32).max or a.min() < np.iinfo(np.int32).min):
         raise TileError(f"an integer constant does not fit in int32 (range {a.min()}..{a.max()})")
-    out = np.array(a, dtype=np.bool_ if want == "bool" else want)
+    dt = np.dtype(np.bool_ if want == "bool" else want)
+    if a.dtype == dt and _frozen(a):
+        # Nobody can change these elements: kept as they are, a view included (a model's
+        # weights read from the file, a filter transposed for channels-last), not copied.
+        return a
+    out = np.array(a, dtype=dt)
     out.setflags(write=False)
     return out
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Whether `a`'s elements cannot change under the graph: `a` is read-only and so is every
+    array it views, down to memory an immutable `bytes` holds (an ONNX initializer's data) or
+    a read-only array owns (another constant's)."""
+    base: object = a
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        if base.base is None:
+            return True
+        base = base.base
+    return isinstance(base, bytes)
 
 
 def _storage_dtype(dt: np.dtype) -> str:

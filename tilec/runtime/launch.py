@@ -89,6 +89,7 @@ class Launcher:
         self.last_validation: Validation | None = None
         self._buffers: dict[object, object] = {}
         self._bound: dict[str, np.ndarray] = {}
+        self._unsent: set[str] = set()  # bound inputs whose buffers do not hold them yet
         # The memory plan with more tensors kept out of the pool (those `bind` computes).
         self._replan = replan
         self.hoisted: tuple[str, ...] = ()  # kernels run by `bind`, not by every call
@@ -142,13 +143,14 @@ class Launcher:
         """Upload inputs that stay the same between calls (weights) once; later calls may
         leave them out.  Kernels that depend on bound inputs alone (a filter copied into
         another layout, a normalization folded into weights) run here, once, instead of on
-        every call."""
-        prepared = self._inputs(arrays, partial=True)
-        for name, arr in prepared.items():
-            self.runtime.upload(self._buffer(name), arr)
+        every call.  A bound input that only kernels settled on the host read is not
+        uploaded (a model's filters, read once to be relaid in panels)."""
+        prepared = self._inputs(arrays, partial=True, views=True)
         self._bound.update(prepared)
+        self._unsent.update(prepared)
         hoisted, deps = hoistable(self.kernels, set(self._bound))
         if not hoisted:
+            self._send_bound()
             return
         kept = {t for k in self.kernels if k.name in hoisted for t in k.writes}
         if self.memory is not None and kept & set(self.memory.slot_of):
@@ -161,7 +163,16 @@ class Launcher:
         # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
         for name in sorted(kept):
             self._poison(name)
-        self.bind_timings = medians(self._launch(self._bind_on_host(hoisted), 1))
+        device = self._bind_on_host(hoisted)
+        on_host = hoisted - {k.name for k in device}
+        self._send_bound({a for k in self.kernels if k.name not in on_host for a in k.args})
+        self.bind_timings = medians(self._launch(device, 1))
+
+    def _send_bound(self, only: set[str] | None = None) -> None:
+        """Upload the bound inputs not uploaded yet (those in `only`), contiguous."""
+        for name in sorted(self._unsent if only is None else self._unsent & only):
+            self.runtime.upload(self._buffer(name), contiguous(self._bound[name]))
+            self._unsent.discard(name)
 
     def _bind_on_host(self, hoisted: set[str]) -> list[KernelInfo]:
         """Settle on the host the bound kernels a subclass can compute there (`_on_host`),
@@ -215,7 +226,10 @@ class Launcher:
         # A value given for a bound input replaces the binding (its buffer holds it now), and
         # a call that gives one the bound kernels read runs them again.
         self._bound.update({n: a for n, a in given.items() if n in self._bound})
+        self._unsent -= set(given)
         skip = set(self.hoisted) if not set(given) & self._hoist_reads else set()
+        if not skip:
+            self._send_bound()  # the bound kernels run on the device now, reading them all
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
         if poison:
             for name in self.specs:
@@ -278,8 +292,10 @@ class Launcher:
             rounds.append(events)
         return rounds
 
-    def _inputs(self, arrays: Mapping[str, np.ndarray], *,
-                partial: bool = False) -> dict[str, np.ndarray]:
+    def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
+                views: bool = False) -> dict[str, np.ndarray]:
+        """The given arrays checked against the inputs' shapes, in their element types,
+        contiguous for upload (`views`: as given where the type is right)."""
         out = {}
         for name in self.inputs:
             s = self.specs[name]
@@ -294,7 +310,7 @@ class Launcher:
             a = a.astype(NP[s.dtype], copy=False)
             if s.dtype == "bool":
                 a = a.astype(np.uint8)
-            out[name] = contiguous(a)
+            out[name] = a if views else contiguous(a)
         extra = set(arrays) - set(self.inputs)
         if extra:
             raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
