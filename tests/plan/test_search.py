@@ -308,6 +308,34 @@ def test_repeated_layers_share_one_cached_search(tmp_path) -> None:
     assert _cache_key(other, *args) == _cache_key(flat, *args)
 
 
+def test_a_search_asked_again_in_one_process_is_not_scored_again(tmp_path, monkeypatch) -> None:
+    # The panel choice and code generation ask for the same searches: the second time, this
+    # process's outcome is taken for the contraction asked for, with the costs and
+    # predictions a read from the cache (another process) would score again.
+    from dataclasses import replace
+
+    import tilec.plan.search as s
+
+    flat = matmul_flat(64, 48, 80)
+    names = {t.name: f"{t.name}_again" for t in flat.tensors}
+    other = replace(flat, tensors=tuple(replace(t, name=names[t.name]) for t in flat.tensors))
+    first = search(flat, CPU, top_k=4, cache=tmp_path)
+    calls = []
+    real = s.score
+    monkeypatch.setattr(s, "score", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = search(other, CPU, top_k=4, cache=tmp_path)
+    assert not calls, "scored again"
+    assert again.cached and again.flat is other and again.top == first.top
+    monkeypatch.setattr(s, "_RECENT", type(s._RECENT)())  # a new process: the cache alone
+    read = search(other, CPU, top_k=4, cache=tmp_path)
+    assert calls and read.cached
+    assert (read.top, read.predicted, read.ranked_by_time) == \
+        (again.top, again.predicted, again.ranked_by_time)
+    # Without a cache directory nothing is kept: every search is its own.
+    calls.clear()
+    assert search(other, CPU, top_k=4).cached is False and calls
+
+
 def test_search_cache_digest_covers_every_module_a_search_imports() -> None:
     # The cache key's code digest is read from the import statements, so the CPU scoring
     # split off `cost` (and anything split off later) invalidates cached searches when it

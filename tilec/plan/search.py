@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -153,8 +154,11 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if cache is not None:
         key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, logged)
         path = Path(cache) / key[:2] / f"{key}.json"
-        plan = _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
+        hit = _RECENT.get(key)
+        plan = replace(hit, flat=flat, cached=True) if hit is not None else \
+            _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
         if plan is not None:
+            _remember(key, plan)
             if log is not None:
                 write_log(plan, log)
             return plan
@@ -194,6 +198,8 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if path is not None and key is not None:
         from .. import memo
 
+        _remember(key, plan)
+
         memo.write_json(path, key, {
             "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
             "seconds": plan.seconds, "ranked_by_time": timed})
@@ -213,6 +219,21 @@ def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: 
 
 
 _CODE_DIGEST: list[str] = []
+
+# This process's outcomes by cache key, newest last: a model compile asks for the same search
+# again (the panel choice, then code generation; repeated layers), and reading it back from
+# the cache re-scores its top tiles (resnet50 cold: 78 of 164 searches, 0.9 s on 2 cores).
+# What a key names does not depend on tensor names (`_cache_key`), nor do the costs and
+# predictions a plan holds: a hit takes the contraction asked for and keeps the rest.
+_RECENT: OrderedDict[str, TiledPlan] = OrderedDict()
+RECENT_SIZE = 4096
+
+
+def _remember(key: str, plan: TiledPlan) -> None:
+    _RECENT[key] = plan
+    _RECENT.move_to_end(key)
+    while len(_RECENT) > RECENT_SIZE:
+        _RECENT.popitem(last=False)
 
 
 def search_modules() -> list:
