@@ -326,12 +326,14 @@ def test_a_search_asked_again_in_one_process_is_not_scored_again(tmp_path, monke
     again = search(other, CPU, top_k=4, cache=tmp_path)
     assert not calls, "scored again"
     assert again.cached and again.flat is other and again.top == first.top
-    monkeypatch.setattr(s, "_RECENT", type(s._RECENT)())  # a new process: the cache alone
+    s.forget()  # as a new process: the cache directory alone
     read = search(other, CPU, top_k=4, cache=tmp_path)
     assert calls and read.cached
     assert (read.top, read.predicted, read.ranked_by_time) == \
         (again.top, again.predicted, again.ranked_by_time)
-    # Without a cache directory nothing is kept: every search is its own.
+    # Another cache directory (and none) knows nothing of them: searched again.
+    calls.clear()
+    assert search(other, CPU, top_k=4, cache=tmp_path / "elsewhere").cached is False and calls
     calls.clear()
     assert search(other, CPU, top_k=4).cached is False and calls
 

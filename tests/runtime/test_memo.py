@@ -14,7 +14,7 @@ from tilec import memo
 from tilec.config import Config
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
-from tilec.plan.search import search
+from tilec.plan.search import forget, search
 
 CONV = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
   O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
@@ -108,6 +108,7 @@ def test_search_cache_bad_entry_is_searched_again(tmp_path, bad):
         else:
             del body["top"]
         memo.write_json(path, key, body)
+    forget()  # as a new process: the cache directory alone
     again = search(flat, hw, top_k=4, cache=tmp_path)
     assert not again.cached and again.tile == first.tile
     # ... and the entry was written anew.

@@ -80,6 +80,9 @@ def cmd_clear(args: argparse.Namespace) -> int:
         if gone:
             print(f"removed {gone} file{'s' if gone != 1 else ''} from "
                   f"{cache.directory.parent / name}")
+    from ..plan.search import forget
+
+    forget()  # this process's searches too (a caller of `main` goes on with it)
     return 0
 
 

@@ -42,8 +42,8 @@ from .predict import can_predict, explain_line, predict_many
 from .space import count, ranked_tiles
 from .trust import staged_fits, time_ranks
 
-__all__ = ["TiledPlan", "candidates", "json_lines", "log_text", "score_tile", "search", "tile_log",
-           "write_log"]
+__all__ = ["TiledPlan", "candidates", "forget", "json_lines", "log_text", "score_tile", "search",
+           "tile_log", "write_log"]
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -154,11 +154,11 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if cache is not None:
         key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, logged)
         path = Path(cache) / key[:2] / f"{key}.json"
-        hit = _RECENT.get(key)
+        hit = _RECENT.get((str(cache), key))
         plan = replace(hit, flat=flat, cached=True) if hit is not None else \
             _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
         if plan is not None:
-            _remember(key, plan)
+            _remember((str(cache), key), plan)
             if log is not None:
                 write_log(plan, log)
             return plan
@@ -198,7 +198,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if path is not None and key is not None:
         from .. import memo
 
-        _remember(key, plan)
+        _remember((str(cache), key), plan)
 
         memo.write_json(path, key, {
             "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
@@ -220,20 +220,27 @@ def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: 
 
 _CODE_DIGEST: list[str] = []
 
-# This process's outcomes by cache key, newest last: a model compile asks for the same search
-# again (the panel choice, then code generation; repeated layers), and reading it back from
-# the cache re-scores its top tiles (resnet50 cold: 78 of 164 searches, 0.9 s on 2 cores).
-# What a key names does not depend on tensor names (`_cache_key`), nor do the costs and
-# predictions a plan holds: a hit takes the contraction asked for and keeps the rest.
-_RECENT: OrderedDict[str, TiledPlan] = OrderedDict()
+# This process's outcomes by (cache directory, key), newest last: a model compile asks for
+# the same search again (the panel choice, then code generation; repeated layers), and reading
+# it back from the cache re-scores its top tiles (resnet50 cold: 78 of 164 searches, 0.9 s on
+# 2 cores).  What a key names does not depend on tensor names (`_cache_key`), nor do the
+# costs and predictions a plan holds: a hit takes the contraction asked for and keeps the
+# rest.  `forget` empties it (`tilec cache clear` does).
+_RECENT: OrderedDict[tuple[str, str], TiledPlan] = OrderedDict()
 RECENT_SIZE = 4096
 
 
-def _remember(key: str, plan: TiledPlan) -> None:
+def _remember(key: tuple[str, str], plan: TiledPlan) -> None:
     _RECENT[key] = plan
     _RECENT.move_to_end(key)
     while len(_RECENT) > RECENT_SIZE:
         _RECENT.popitem(last=False)
+
+
+def forget() -> None:
+    """Drop this process's search outcomes: the next search of each reads the cache
+    directory again, as a new process would."""
+    _RECENT.clear()
 
 
 def search_modules() -> list:
