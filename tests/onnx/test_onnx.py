@@ -273,6 +273,33 @@ def test_unsupported_attribute_names_node_and_attribute():
         tonnx.load("/nonexistent/model.onnx")
 
 
+def test_model_files_read_as_onnx_reads_them(tmp_path):
+    # Weights in the file, weights in a file beside it (external data), an empty file, a
+    # file that is no model: what onnx.load gives, or one TileError naming the file.
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph)
+    inside, beside = tmp_path / "inside.onnx", tmp_path / "beside.onnx"
+    onnx.save(model, str(inside))
+    onnx.save_model(model, str(beside), save_as_external_data=True, location="beside.data",
+                    size_threshold=0)
+    assert (tmp_path / "beside.data").stat().st_size >= w.nbytes
+    for path in (inside, beside, str(beside)):
+        got = tonnx.read_model(path)
+        assert got == onnx.load(str(path))
+        np.testing.assert_array_equal(numpy_helper.to_array(got.graph.initializer[0]), w)
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert tonnx.read_model(tmp_path / "empty.onnx") == onnx.load(str(tmp_path / "empty.onnx"))
+    (tmp_path / "junk.onnx").write_bytes(b"\xff" * 64)
+    with pytest.raises(TileError, match="cannot read ONNX model .*junk.onnx"):
+        tonnx.read_model(tmp_path / "junk.onnx")
+
+
 # the commands -------------------------------------------------------------------------------------
 
 @device

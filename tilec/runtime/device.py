@@ -385,6 +385,24 @@ class Runtime:
         if not wait:
             self._pending.append(ev)
 
+    def write(self, buf, array: np.ndarray) -> None:
+        """`array`, in any layout (a transposed view), into `buf` in C order, copied once:
+        the buffer is mapped for writing and numpy copies into it, where `upload` would
+        first make the array contiguous.  On a CPU device the map is the buffer's own
+        memory.  Done when this returns."""
+        if array.size == 0:
+            return
+        if array.dtype == np.bool_:
+            array = array.view(np.uint8)
+        cl = self.cl
+        mapped, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.WRITE_INVALIDATE_REGION,
+                                          0, array.shape, array.dtype, is_blocking=True)
+        try:
+            np.copyto(mapped, array, casting="no")
+        finally:
+            mapped.base.release(self.queue)
+        self.queue.finish()
+
     def download(self, buf, shape: tuple[int, ...], dtype, wait: bool = True) -> np.ndarray:
         """`buf` as a new array; `wait` False: queued, the array filled by the next `finish`."""
         out = np.empty(shape, dtype=dtype)

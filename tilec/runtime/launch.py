@@ -171,7 +171,7 @@ class Launcher:
     def _send_bound(self, only: set[str] | None = None) -> None:
         """Upload the bound inputs not uploaded yet (those in `only`), contiguous."""
         for name in sorted(self._unsent if only is None else self._unsent & only):
-            self.runtime.upload(self._buffer(name), contiguous(self._bound[name]))
+            self.runtime.write(self._buffer(name), self._bound[name])
             self._unsent.discard(name)
 
     def _bind_on_host(self, hoisted: set[str]) -> list[KernelInfo]:
@@ -196,7 +196,7 @@ class Launcher:
                 device.append(k)
                 continue
             for t, arr in done.items():
-                self.runtime.upload(self._buffer(t), arr)
+                self.runtime.write(self._buffer(t), arr)  # a view: copied once, into the buffer
                 env[t] = arr
         return device
 
