@@ -106,12 +106,12 @@ def test_named_model_vectors_capped_on_a_device_that_computes_them_wrongly():
 
 def test_build_errors_come_before_a_long_log_of_warnings():
     # NVIDIA's compiler writes a warning for each kernel first; the error must survive the cut.
-    from tilec.runtime.device import _explain_build
+    from tilec.runtime.build_log import explain_build
 
     log = "\n".join(f"(): Warning: Function k{i} is a kernel, so overriding noinline attribute."
                     for i in range(200))
     log += "\n<kernel>:3:9: error: use of undeclared identifier 'q'"
-    text = _explain_build(log, "__kernel void k0() {\n  int a;\n  a = q;\n}\n")
+    text = explain_build(log, "__kernel void k0() {\n  int a;\n  a = q;\n}\n")
     assert "3:9: error: use of undeclared identifier 'q'" in text
     assert "generated line 3:\n    a = q;" in text
     assert "200 other lines of the log left out" in text

@@ -4,7 +4,6 @@ Every failure a user can cause becomes a `DeviceError` (or `BuildError`) that sa
 from __future__ import annotations
 
 import functools
-import re
 import threading
 import warnings
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from ..config import Config
 from ..errors import BuildError, DeviceError, TileError, TileWarning
 from ..plan.hw import HwModel
 from ..plan.hw_device import from_device
+from .build_log import build_log, explain_build
 from .cache import ProgramCache
 
 NO_PLATFORM = ('no OpenCL platform was found; install the embedded CPU device with '
@@ -321,8 +321,8 @@ class Runtime:
                 # ~/.cache/pyopencl and cannot tell a corrupt binary).
                 return prg.build(options=list(options), cache_dir=False)
         except cl.RuntimeError as e:
-            log = _build_log(prg, self.device) or str(e)
-            raise BuildError(_explain_build(log, source)) from None
+            log = build_log(prg, self.device) or str(e)
+            raise BuildError(explain_build(log, source)) from None
 
     def build_binary(self, binary: bytes, options: Sequence[str] = ()):
         """Load a binary this device produced; `BuildError` if the driver refuses it.  Only
@@ -446,33 +446,6 @@ def _driver_caches_builds(device) -> bool:
 def event_seconds(event) -> float:
     event.wait()
     return (event.profile.end - event.profile.start) * 1e-9
-
-
-def _build_log(prg, device) -> str:
-    try:
-        return prg.get_build_info(device, _cl().program_build_info.LOG) or ""
-    except Exception:  # noqa: BLE001 - a log we cannot read is simply absent
-        return ""
-
-
-def _explain_build(log: str, source: str) -> str:
-    """The build log, and the generated line it complains about."""
-    lines = source.splitlines()
-    m = re.search(r":(\d+):(\d+):\s*error", log) or re.search(r"line (\d+)", log)
-    where = ""
-    if m:
-        n = int(m.group(1))
-        if 1 <= n <= len(lines):
-            where = f"\ngenerated line {n}:\n    {lines[n - 1].strip()}"
-    log = log.strip()
-    # NVIDIA's log can open with a warning a kernel; the errors are what the user needs.
-    errors = [ln for ln in log.splitlines() if re.search(r"error", ln, re.IGNORECASE)]
-    if errors and len(log) > 4000:
-        log = "\n".join(errors) + f"\n({len(log.splitlines()) - len(errors)} other lines " \
-            "of the log left out)"
-    if len(log) > 4000:
-        log = log[:4000] + "\n..."
-    return f"the OpenCL compiler rejected a generated kernel:\n{log}{where}"
 
 
 def hw_model_for(hw: HwModel | str | None, config: Config, runtime: Runtime) -> HwModel:
