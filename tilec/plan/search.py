@@ -150,15 +150,16 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     logged = model == "time" and can_predict(hw)
     start = time.perf_counter()
     top_k = max(1, top_k)
-    key = path = None
+    key = path = slot = None
     if cache is not None:
         key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, logged)
         path = Path(cache) / key[:2] / f"{key}.json"
-        hit = _RECENT.get((str(cache), key))
+        slot = (str(cache), key)
+        hit = _RECENT.get(slot)
         plan = replace(hit, flat=flat, cached=True) if hit is not None else \
             _from_cache(path, key, flat, hw, post_ops, dtype, post_inputs, logged)
         if plan is not None:
-            _remember((str(cache), key), plan)
+            _remember(slot, plan)
             if log is not None:
                 write_log(plan, log)
             return plan
@@ -195,11 +196,10 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
                      seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
                      post_ops=post_ops, dtype=dtype, ranked_by_time=timed,
                      predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
-    if path is not None and key is not None:
+    if slot is not None:
         from .. import memo
 
-        _remember((str(cache), key), plan)
-
+        _remember(slot, plan)
         memo.write_json(path, key, {
             "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
             "seconds": plan.seconds, "ranked_by_time": timed})

@@ -169,7 +169,7 @@ class Launcher:
         self.bind_timings = medians(self._launch(device, 1))
 
     def _send_bound(self, only: set[str] | None = None) -> None:
-        """Upload the bound inputs not uploaded yet (those in `only`), contiguous."""
+        """Write into their buffers the bound inputs not sent yet (of those in `only`)."""
         for name in sorted(self._unsent if only is None else self._unsent & only):
             self.runtime.write(self._buffer(name), self._bound[name])
             self._unsent.discard(name)
