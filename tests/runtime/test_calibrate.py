@@ -126,6 +126,12 @@ def calibrated(tmp_path_factory):
 def test_devices_calibrate_on_the_cpu(calibrated, monkeypatch, capsys):
     out, root = calibrated
     assert "calibrated (" in out and "mul-add form" in out and "bandwidth: DRAM" in out
+    # The CPU's reads by working set, doubling from twice its aggregate L2 to the DRAM read.
+    curve = out.split("reads by working set: ")[1].split(" GB/s")[0].split(", ")
+    points = [(float(p.split(" MiB ")[0]), float(p.split(" MiB ")[1])) for p in curve]
+    assert len(points) >= 2 and points[-1][0] >= 64
+    assert [m for m, _ in points] == sorted(m for m, _ in points)
+    assert [g for _, g in points] == sorted((g for _, g in points), reverse=True)
     form = out.split("mul-add form ")[1].split(",")[0]
     assert form in MULADD_FORMS
     seconds = float(out.split("calibrated (")[1].split(" s)")[0])

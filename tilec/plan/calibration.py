@@ -42,6 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .read_curve import describe_curve, normal_curve
+
 MULADD_FORMS = ("fma", "mad", "mul_add")
 DEFAULT_MULADD = "fma"  # what the codegen wrote before calibration existed
 # Another form replaces the default only when it is this much faster: a calibration on a busy
@@ -78,6 +80,9 @@ class Calibration:
     access_gflops: tuple[float, float] = (0.0, 0.0)
     # (form, width, median GFLOP/s) of every kernel measured, for reports.
     form_gflops: tuple[tuple[str, int, float], ...] = ()
+    # (MiB, GB/s): every compute unit reading a buffer of that size over and over, from twice
+    # the aggregate L2 up to past the last-level cache (CPUs; `read_curve`).
+    read_gbs: tuple[tuple[float, float], ...] = ()
     seconds: float = 0.0  # how long the calibration took
     label: str = ""  # the device, as `tilec devices` names it
 
@@ -90,11 +95,13 @@ class Calibration:
         object.__setattr__(self, "access_gflops", tuple(float(x) for x in self.access_gflops))
         object.__setattr__(self, "form_gflops",
                            tuple((str(f), int(w), float(r)) for f, w, r in self.form_gflops))
+        object.__setattr__(self, "read_gbs", normal_curve(self.read_gbs))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["form_gflops"] = [list(t) for t in self.form_gflops]
         out["access_gflops"] = list(self.access_gflops)
+        out["read_gbs"] = [list(t) for t in self.read_gbs]
         return out
 
     @classmethod
@@ -104,17 +111,19 @@ class Calibration:
             raise ValueError("not a table")
         names = {f.name for f in fields(cls)}
         # Calibrations stored before exp() was measured are still whole.
-        data = {"exp_gops": 0.0, **data}
+        data = {"exp_gops": 0.0, "read_gbs": [], **data}
         if set(data) != names:
             raise ValueError(f"fields {sorted(set(data) ^ names)} differ")
         try:
-            values = {k: v for k, v in data.items() if k not in ("form_gflops", "access_gflops")}
+            values = {k: v for k, v in data.items()
+                      if k not in ("form_gflops", "access_gflops", "read_gbs")}
             floats = {f.name for f in fields(cls) if f.type == "float"}
             for k in floats:
                 values[k] = float(values[k])
             vload, plain = data["access_gflops"]
             return cls(**values, form_gflops=tuple(tuple(t) for t in data["form_gflops"]),
-                       access_gflops=(vload, plain))
+                       access_gflops=(vload, plain),
+                       read_gbs=tuple(tuple(t) for t in data["read_gbs"]))
         except (TypeError, ValueError) as exc:
             raise ValueError(str(exc)) from None
 
@@ -125,7 +134,8 @@ class Calibration:
                     bandwidth_gbs=round(self.dram_gbs, 1), l2_gbs=round(self.l2_gbs, 1),
                     l1_gbs=round(self.l1_gbs, 1), local_gbs=round(self.local_gbs, 1),
                     launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3),
-                    exp_gops=round(self.exp_gops, 2), vector_access=self.vector_access)
+                    exp_gops=round(self.exp_gops, 2), vector_access=self.vector_access,
+                    read_gbs=tuple((mib, round(gbs, 1)) for mib, gbs in self.read_gbs))
 
     def describe(self) -> str:
         """Lines for `tilec devices`."""
@@ -142,6 +152,8 @@ class Calibration:
             f"{self.peak_gflops:.0f} GFLOP/s",
             f"  GFLOP/s by form and width: {rates}" if rates else "  (no rates)",
             f"  bandwidth: {bw}" if bw else "  bandwidth: not measured",
+            *([f"  reads by working set: {describe_curve(self.read_gbs)}"]
+              if self.read_gbs else []),
             f"  launch: {self.launch_us:.1f} us device, {self.launch_wall_us:.1f} us wall; "
             f"{self.group_us:.3f} us a work-group"
             + (f"; exp {self.exp_gops:.1f} G/s" if self.exp_gops else ""),

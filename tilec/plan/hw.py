@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import HardwareModelError, Source, Span
 from .calibration import ACCESS_FORMS, DEFAULT_MULADD, MULADD_FORMS
+from .read_curve import describe_curve, normal_curve
 
 KINDS = ("gpu", "cpu")
 # Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
@@ -80,6 +81,9 @@ class HwModel:
     launch_us: float = 0.0  # device time of an empty kernel
     group_us: float = 0.0  # device time per extra work-group of an empty kernel
     exp_gops: float = 0.0  # exp() a second, billions of lanes (row kernels' softmax)
+    # (MiB, GB/s): reading a working set of that size with every core (`plan.read_curve`;
+    # measured on CPUs; TOML: a table `read_gbs = { 32 = 570.0, 256 = 125.0 }`).
+    read_gbs: tuple[tuple[float, float], ...] = ()
     # How vectors of global memory are read and written: "vload" (vloadN/vstoreN), "plain"
     # (a pointer to the vector type), "" not measured (codegen.contraction.plain_vector_access).
     vector_access: str = ""
@@ -94,6 +98,11 @@ class HwModel:
     def __post_init__(self) -> None:
         # Normalised here so that models built in code compare and hash like loaded ones.
         object.__setattr__(self, "elem_bytes", _merge_elem_bytes(self.elem_bytes))
+        try:
+            object.__setattr__(self, "read_gbs", normal_curve(self.read_gbs))
+        except (TypeError, ValueError) as exc:
+            raise HardwareModelError(f"hardware model {self.name!r}: field 'read_gbs': {exc}"
+                                     ) from None
         object.__setattr__(self, "goal_flops_per_byte", float(self.goal_flops_per_byte))
         object.__setattr__(self, "peak_gflops", float(self.peak_gflops))
         for name in _FLOAT_FIELDS:
@@ -241,6 +250,7 @@ class HwModel:
             f"launch {self.launch_us:g} us" if self.launch_us else "",
             f"{self.group_us:g} us a work-group" if self.group_us else "",
             f"exp {self.exp_gops:g} G/s" if self.exp_gops else "",
+            f"reads by working set {describe_curve(self.read_gbs)}" if self.read_gbs else "",
         ]
         if any(measured):
             lines.append("  measured: " + ", ".join(f for f in measured if f))
@@ -260,6 +270,10 @@ class HwModel:
             value = getattr(self, f.name)
             if f.name == "elem_bytes":
                 table = ["", "[elem_bytes]"] + [f"{k} = {v}" for k, v in value]
+            elif f.name == "read_gbs":
+                if value:
+                    pairs = ", ".join(f'"{m:g}" = {g!r}' for m, g in value)
+                    out.append(f"read_gbs = {{ {pairs} }}")
             elif f.default is MISSING or value != f.default:
                 out.append(f"{f.name} = {_toml_value(value)}")
         return "\n".join(out + table) + "\n"
@@ -311,6 +325,14 @@ def _checked_values(data: dict[str, Any], source: Source) -> dict[str, Any]:
             ):
                 raise fail(key, "expected a table of dtype = bytes, e.g. { float32 = 4 }")
             values[key] = tuple(value.items())
+            continue
+        if key == "read_gbs":
+            try:
+                if not isinstance(value, dict):
+                    raise ValueError("expected a table of MiB = GB/s, e.g. { 32 = 570.0 }")
+                values[key] = normal_curve(value)
+            except ValueError as exc:
+                raise fail(key, str(exc)) from None
             continue
         want = _PY_TYPES[str(f.type)]
         ok = isinstance(value, want) and not isinstance(value, bool)

@@ -18,8 +18,9 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
               work-items (`sweep` tiles each) in waves over the cores
     L1      = operand bytes the steps load / the calibrated L1 bandwidth / active
     L2      = cost's L2 bytes (panels, outputs) / the calibrated L2 bandwidth / active
-    DRAM    = (each input once x (run + run_bytes) / run + the output once) / the DRAM
-              bandwidth (the L3's, llc x L2, when they fit it)
+    DRAM    = (each input once x (run + run_bytes) / run + the output once) / the rate the
+              device reads a working set of their size at (`read_curve`: calibrated; else
+              the L3's, llc x L2, up to llc_mib and the DRAM bandwidth past it)
               + cost's panel re-reads past L2 / the L3's bandwidth, all / active
               (run: the bytes of the longest contiguous run a work-item reads, `input_runs`;
               active: the share of the cores the work-items occupy, at most 1)
@@ -42,6 +43,7 @@ from .cost_cpu import cpu_consts, input_streams, vector_lanes, vector_reads
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
+from .read_curve import rate_at
 from .schedule import windowed
 
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
@@ -167,7 +169,13 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # L3 that serves those re-reads, so only the tensors' own bytes come at DRAM bandwidth.
     unique = float(sum(c["sizes"]) + c["out_bytes"])
     beyond = np.maximum(stats["dram_bytes"] - unique, 0.0)
-    first_bw = coeff.llc * l2_bw if unique <= coeff.llc_mib * 2**20 else hw.bandwidth_gbs * 1e9
+    # The first pass over the tensors at the rate the device reads a working set of their
+    # size (its calibrated curve); without one, the L3's rate up to llc_mib and DRAM's past it.
+    if hw.read_gbs:
+        first_bw = rate_at(hw.read_gbs, unique) * 1e9
+    else:
+        first_bw = coeff.llc * l2_bw if unique <= coeff.llc_mib * 2**20 \
+            else hw.bandwidth_gbs * 1e9
     # Short runs read below the bandwidth: a work-item reading 64 B of each 256 B pixel (a
     # max pool's 16 of 64 channels) ran 1.5-2x slower than one reading whole pixels.
     first = np.full(n, float(c["out_bytes"]))

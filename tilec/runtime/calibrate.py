@@ -9,7 +9,8 @@ What it times (OpenCL event time, rounds interleaved; kernels in `calibrate_kern
 - the same chains multiplied by a vector read each step through vloadN or a plain pointer
   (where vloadN is a library call the chains are stored and reloaded around it);
 - reads of a buffer 4x the last-level cache (DRAM), of half the L2 and half the L1 a
-  work-group (repeated), and of local memory;
+  work-group (repeated), and of local memory; on CPUs, reads of working sets from twice
+  the aggregate L2 up to the DRAM buffer, doubling (`plan.read_curve`);
 - an empty kernel (event and wall time) and the same with many work-groups.
 
 Measured on an AMD EPYC (Zen 4, 2 vCPUs), best-width GFLOP/s fma / mad / a*b+c:
@@ -46,9 +47,10 @@ from ..plan.calibration import (
 )
 from ..plan.hw import HwModel
 from ..plan.hw_device import _host_caches
+from ..plan.read_curve import ladder, non_increasing
 from . import calibrate_kernels as ck
 
-FORMAT = 2  # bump when the kernels or the meaning of a field change: old entries are ignored
+FORMAT = 3  # bump when the kernels or the meaning of a field change: old entries are ignored
 ROUNDS = 3
 ACCESS_ROUNDS = 5  # the access form must win every round (plan.calibration.choose_access)
 FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
@@ -147,7 +149,7 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
     rounds = _muladd_rounds(m, prg, widths, 4 * cus)
     form, width, peak = choose_form(rounds)
     access = _access_rounds(m, prg, max(widths), 4 * cus)
-    dram, l2, l1, lmem = _bandwidths(m, prg, device, is_cpu, cus, read_w)
+    dram, l2, l1, lmem, curve = _bandwidths(m, prg, device, is_cpu, cus, read_w)
     launch, wall, group = _launch_costs(m, prg, cus)
     exps = _exp_rate(m, prg, exp_w, 4 * cus)
     return Calibration(
@@ -155,7 +157,7 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
         local_gbs=lmem, launch_us=launch, launch_wall_us=wall, group_us=group, exp_gops=exps,
         form_gflops=form_table(rounds), vector_access=choose_access(access),
         access_gflops=tuple(round(statistics.median(r[i] for r in access), 1)
-                            for i in range(2)),
+                            for i in range(2)), read_gbs=curve,
         seconds=round(time.perf_counter() - start, 2), label=label)
 
 
@@ -249,7 +251,7 @@ def _read_rate(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, bu
 
 
 def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
-                ) -> tuple[float, float, float, float]:
+                ) -> tuple[float, float, float, float, tuple[tuple[float, float], ...]]:
     llc = int(device.global_mem_cache_size or 0)
     l1, l2 = _host_caches() if is_cpu else (16 << 10, llc)
     if is_cpu and not l2:
@@ -280,7 +282,22 @@ def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
         n = max(4, local_bytes // (4 * w * m.local) // 4 * 4)
         lmem = _read_rate(m, prg.tilec_cal_local, groups, local_bytes, w, big, None,
                           m.cl.LocalMemory(n * m.local * 4 * w))
-    return dram, l2_rate, l1_rate, lmem
+    curve = _read_curve(m, read, groups, l2 * cus, dram_bytes, dram, w, big) if is_cpu else ()
+    return dram, l2_rate, l1_rate, lmem, curve
+
+
+def _read_curve(m: _Meter, read: Any, groups: int, l2_total: int, dram_bytes: int,
+                dram: float, w: int, big: Any) -> tuple[tuple[float, float], ...]:
+    """(MiB, GB/s) of every group reading its share of the first `size` bytes of `big` over
+    and over, for the sizes of `read_curve.ladder`; the largest is the DRAM read already
+    measured, and the curve is made non-increasing.  Where the last-level cache ends is what
+    this finds: a CPU's reported cache size can be far from it (`plan.read_curve`)."""
+    out = []
+    for size in ladder(l2_total, dram_bytes):
+        rate = dram if size == dram_bytes else \
+            _read_rate(m, read, groups, size // groups, w, big, None)
+        out.append((size / 2**20, rate))
+    return non_increasing(tuple(out))
 
 
 def _launch_costs(m: _Meter, prg: Any, cus: int) -> tuple[float, float, float]:
