@@ -13,7 +13,8 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
               core's full-speed width is narrower)
     item    = il x (red x step + chunk + loop x trips of the loops around the innermost
               + partial x accumulators where swept) + tile + store_run x (output runs - 1)
-              cycles of one tile (il chunks; runs: `output_runs`)
+              + page x (pages its reads span - 1) cycles of one tile (il chunks; runs:
+              `output_runs`; pages: `far_streams`)
     compute = ceil(wg / sweep / cores) x sweep x item / clock
               work-items (`sweep` tiles each) in waves over the cores
     L1      = operand bytes the steps load / the calibrated L1 bandwidth / active
@@ -46,6 +47,7 @@ from .layout import output_order, thread_split
 from .read_curve import rate_at
 from .schedule import windowed
 
+PAGE_BYTES = 4096  # a memory page: hardware prefetchers follow a stream within one
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
 _COMPUTE, _L2, _DRAM, _LAUNCH, _REGS, _L1 = range(6)
 
@@ -72,6 +74,10 @@ class CpuCoefficients:
     tile: float = 17.7  # cycles per work-item (indices, stores)
     partial: float = 0.7  # cycles per accumulator vector a swept tile keeps between chunks
     store_run: float = 10.0  # cycles per extra contiguous run a tile's stores write (addresses)
+    # Cycles per extra page a work-item's tile reads an input across (a stream the hardware
+    # prefetcher starts again): not in the 27-sweep fit; chosen by a scan over 17 sweeps of
+    # both CPUs (objective 0.875 at 0 -> 0.778 at 8; panel copies and the depthwise layer).
+    page: float = 8.0
     overlap: float = 2.45  # p of the p-norm joining compute and memory (inf: perfect overlap)
     # Bytes of a contiguous run at which reading a tensor from DRAM or L3 takes twice its
     # bytes' time (a run of r bytes reads at r / (r + run_bytes) of the bandwidth).
@@ -115,6 +121,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     native = hw.muladd_vec or vmax
     width = np.maximum(1.0, v / native)
     nld = np.zeros(n)
+    far = np.zeros(n)
     load_bytes = np.zeros(n)
     streams = np.zeros(n)
     for t in flat.inputs:
@@ -126,6 +133,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
         nld += o * (reads * width if reads else 1.0)
         load_bytes += o * (reads * v * es if reads else es)
         streams += input_streams(flat, t, outs, A)
+        far = far + far_streams(t, outs, A, es) - 1
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices \
         else np.ones(n, np.int64)
     if dot:
@@ -150,7 +158,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     swept = stats.get("sweep", np.ones(n, np.int64)).astype(np.float64)
     item = il * (red * step + coeff.chunk + coeff.loop * trips
                  + np.where(swept > 1, coeff.partial * acc, 0.0)) + coeff.tile \
-        + coeff.store_run * (output_runs(flat, outs, A) - 1)
+        + coeff.store_run * (output_runs(flat, outs, A) - 1) + coeff.page * far
     cores = max(1, hw.compute_units or hw.goal_groups // 4)
     clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
     items = wg / swept  # work-items, each `swept` tiles
@@ -209,6 +217,19 @@ def input_runs(flat: FlatContraction, t, T: np.ndarray) -> np.ndarray:
     per row of T (a tile over every index); overlapping windows merge too: a 3x3 stride-2
     pool's 2y+j over 7 y's and 3 j's is 15 pixels."""
     return _contiguous(t.strides, T)[0]
+
+
+def far_streams(t, outs: list[int], A: np.ndarray, es: int) -> np.ndarray:
+    """Pages input t's reads span in one work-item's tile, per row of A: along each output
+    index it reads, its points a page or more apart each start a stream of their own, and
+    nearer ones share a page in proportion (a panel copy reading 4 rows of a 4 KB-row matrix
+    spans 4 pages, of a 2 KB-row one 2.5; 4 neighbouring pixels, about 1)."""
+    o = np.ones(A.shape[0])
+    for j, k in enumerate(outs):
+        share = min(1.0, abs(t.strides[k]) * es / PAGE_BYTES)
+        if share:
+            o = o * (1.0 + (A[:, j] - 1) * share)
+    return o
 
 
 def output_runs(flat: FlatContraction, outs: list[int], A: np.ndarray) -> np.ndarray:

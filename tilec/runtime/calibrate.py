@@ -27,6 +27,7 @@ calibrates again; True measures any device on first use; False ignores it.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import warnings
@@ -282,20 +283,24 @@ def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
         n = max(4, local_bytes // (4 * w * m.local) // 4 * 4)
         lmem = _read_rate(m, prg.tilec_cal_local, groups, local_bytes, w, big, None,
                           m.cl.LocalMemory(n * m.local * 4 * w))
-    curve = _read_curve(m, read, groups, l2 * cus, dram_bytes, dram, w, big) if is_cpu else ()
+    curve = _read_curve(m, prg.tilec_cal_pass, groups, l2 * cus, dram_bytes, dram, w, big) \
+        if is_cpu else ()
     return dram, l2_rate, l1_rate, lmem, curve
 
 
 def _read_curve(m: _Meter, read: Any, groups: int, l2_total: int, dram_bytes: int,
                 dram: float, w: int, big: Any) -> tuple[tuple[float, float], ...]:
-    """(MiB, GB/s) of every group reading its share of the first `size` bytes of `big` over
-    and over, for the sizes of `read_curve.ladder`; the largest is the DRAM read already
-    measured, and the curve is made non-increasing.  Where the last-level cache ends is what
-    this finds: a CPU's reported cache size can be far from it (`plan.read_curve`)."""
+    """(MiB, GB/s) of the groups reading the first `size` bytes of `big` over and over, a
+    group a different chunk of it each pass (`calibrate_kernels.read_kernels`), for the
+    sizes of `read_curve.ladder`; the largest is the DRAM read already measured, and the
+    curve is made non-increasing.  Where the last-level cache ends is what this finds: a
+    CPU's reported cache size can be far from it (`plan.read_curve`)."""
+    # A step about half way round, coprime with the groups: every chunk is read once a pass.
+    step = next(s for s in range(groups // 2 + 1, 2 * groups + 2) if math.gcd(s, groups) == 1)
     out = []
     for size in ladder(l2_total, dram_bytes):
         rate = dram if size == dram_bytes else \
-            _read_rate(m, read, groups, size // groups, w, big, None)
+            _read_rate(m, read, groups, size // groups, w, big, None, np.int32(step))
         out.append((size / 2**20, rate))
     return non_increasing(tuple(out))
 
