@@ -181,6 +181,10 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     # size (its calibrated curve); without one, the L3's rate up to llc_mib and DRAM's past it.
     if hw.read_gbs:
         first_bw = rate_at(hw.read_gbs, unique) * 1e9
+        if unique <= hw.read_gbs[0][0] * 2**20:
+            # Below the smallest working set measured (twice the cores' L2s together) the
+            # cores' L2s hold part of it: at least the L3's rate.
+            first_bw = max(first_bw, coeff.llc * l2_bw)
     else:
         first_bw = coeff.llc * l2_bw if unique <= coeff.llc_mib * 2**20 \
             else hw.bandwidth_gbs * 1e9
