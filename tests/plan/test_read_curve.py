@@ -118,3 +118,14 @@ def test_a_kernels_tensors_are_read_at_the_rate_of_their_size():
     assert plain / curved == pytest.approx(430.0 / 124.0, rel=0.05)
     assert _dram_s(big, tile, dataclasses.replace(CPU, read_gbs=XEON))[0] == \
         pytest.approx(_dram_s(big, tile, CPU)[0], rel=0.02)
+
+
+def test_the_cost_line_names_the_rate_the_tensors_were_read_at():
+    from tilec.plan.predict import explain_line
+    flat = matmul_flat(1, 1024, 12288)
+    T = np.asarray([[256, 1, 64]], np.int64)
+    hw = dataclasses.replace(CPU, read_gbs=XEON)
+    pred = predict_many(flat, T, hw, score_many(flat, T, hw))
+    assert "at 430 GB/s" in explain_line(pred, 0)
+    pred = predict_many(flat, T, CPU, score_many(flat, T, CPU))
+    assert "at 124 GB/s" in explain_line(pred, 0)  # 48 MiB past the 16 MiB rule: DRAM

@@ -340,8 +340,9 @@ def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
     head = (f"  Predicted: {us['time']:.1f} us, limited by {b} (compute {us['compute_s']:.1f} "
             f"us at issue {pred['issue'][row]:.2f}")
     if cpu:
+        rate = f" at {pred['read_gbs'][row]:.0f} GB/s" if "read_gbs" in pred else ""
         return (f"{head}, L1 {pred['l1_s'][row] * 1e6:.1f} us, L2 {us['l2_s']:.1f} us, DRAM "
-                f"{us['dram_s']:.1f} us, fixed {us['fixed_s']:.1f} us; "
+                f"{us['dram_s']:.1f} us{rate}, fixed {us['fixed_s']:.1f} us; "
                 f"{int(pred['waves'][row])} waves of {int(pred['cycles'][row])} cycles, "
                 f"{int(pred['acc'][row])} accumulators{_swept(pred, row)})")
     return (f"{head} x latency {pred['latency'][row]:.2f}, local memory "

@@ -210,6 +210,9 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "acc_regs": stats.get("vregs", acc).astype(np.float64),
             "reg_cap": np.full(n, float(hw.registers)), "waves": waves,
             "cycles": swept * item, "sweep": swept,
+            # the rate the first pass over the tensors was read at (the read curve's, `tilec
+            # explain` shows it beside the DRAM term)
+            "read_gbs": np.full(n, first_bw / 1e9),
             # the GPU model's register terms: vector registers; no staging copies; no
             # local-memory reads
             "regs": stats.get("vregs", acc).astype(np.float64), "copies": np.zeros(n),
