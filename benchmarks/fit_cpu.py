@@ -1,6 +1,9 @@
 """Fit the CPU time model's coefficients (`plan.predict_cpu.CpuCoefficients`) to tile sweeps.
 
     python benchmarks/fit_cpu.py SWEEP.pkl ... [--rounds 4] [--hold-out CPU]
+        [--read-curve CPU=MIB:GBS,...]
+
+`benchmarks/sweeps/` keeps sweeps of two CPUs (its README gives their commands and curves).
 
 Each sweep is one `benchmarks/tile_sweep.py --save` run: a contraction, the hardware model of
 the machine it ran on (its calibrated peak, bandwidths and launch costs) and 20-40 tiles with
@@ -38,10 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tilec.plan.cost import score_many  # noqa: E402
 from tilec.plan.predict_cpu import DEFAULT, CpuCoefficients, predict_many_cpu  # noqa: E402
+from tilec.plan.read_curve import normal_curve  # noqa: E402
 from tilec.tune.measure import spearman  # noqa: E402
 
 FITTED = ("load_ports", "latency", "load_issue", "stream", "chunk", "loop", "line", "llc",
-          "tile", "partial", "store_run", "overlap", "run_bytes")
+          "tile", "partial", "store_run", "overlap", "run_bytes", "page")
 
 
 @dataclasses.dataclass
@@ -66,6 +70,18 @@ def load(path: str) -> Sweep:
     stats = score_many(d["flat"], tiles, d["hw"], d["post"])
     return Sweep(f"{d['name']} [{d['kernel']}]", d["cpu"], d["flat"], d["hw"], tiles, stats,
                  np.asarray(d["measured_s"], np.float64))
+
+
+def with_curve(s: Sweep, curves: list[str]) -> Sweep:
+    """`s` with the first matching `--read-curve` where its hardware model has none."""
+    if getattr(s.hw, "read_gbs", ()):
+        return s
+    for spec in curves:
+        cpu, _, points = spec.partition("=")
+        if cpu and cpu in s.cpu:
+            curve = normal_curve(tuple(p.split(":")) for p in points.split(","))
+            return dataclasses.replace(s, hw=dataclasses.replace(s.hw, read_gbs=curve))
+    return s
 
 
 def grade(s: Sweep, coeff: CpuCoefficients) -> dict:
@@ -138,8 +154,12 @@ def main() -> int:
     ap.add_argument("sweeps", nargs="+")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--hold-out", help="leave out the sweeps whose CPU name contains this")
+    ap.add_argument("--read-curve", action="append", default=[], metavar="CPU=MIB:GBS,...",
+                    help="the read curve (`tilec devices --calibrate`) of the sweeps whose CPU "
+                         "name contains CPU and whose model has none (saved before the curve "
+                         "was measured), e.g. Xeon=64:368,128:334,256:182,512:98")
     args = ap.parse_args()
-    sweeps = [load(p) for p in args.sweeps]
+    sweeps = [with_curve(load(p), args.read_curve) for p in args.sweeps]
     train = [s for s in sweeps if not (args.hold_out and args.hold_out in s.cpu)]
     held = [s for s in sweeps if s not in train]
     fitted = fit(train, DEFAULT, args.rounds)
