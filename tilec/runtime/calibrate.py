@@ -56,6 +56,7 @@ ROUNDS = 3
 ACCESS_ROUNDS = 5  # the access form must win every round (plan.calibration.choose_access)
 FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
 READ_TARGET_S = 0.003
+CURVE_ROUNDS = 5  # the read curve's rounds (interleaved over its working sets)
 
 
 def calibrated_path() -> Path:
@@ -238,6 +239,14 @@ def _read_rate(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, bu
                reps: int | None, *extra: Any) -> float:
     """GB/s of `groups` groups each reading `chunk_bytes` `reps` times (None: as many as
     make a READ_TARGET_S launch)."""
+    launch, nbytes = _read_launch(m, kernel, groups, chunk_bytes, w, buf, reps, *extra)
+    return nbytes / statistics.median(launch() for _ in range(ROUNDS)) * 1e-9
+
+
+def _read_launch(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, buf: Any,
+                 reps: int | None, *extra: Any) -> tuple[Any, int]:
+    """(a launch of the read kernel returning its seconds, the bytes it reads), compiled,
+    first touched and sized (`reps` None: to last READ_TARGET_S)."""
     n = max(4, chunk_bytes // (4 * w * m.local) // 4 * 4)  # vectors a work-item, 4 chains
     per = groups * m.local * n * 4 * w
 
@@ -247,8 +256,7 @@ def _read_rate(m: _Meter, kernel: Any, groups: int, chunk_bytes: int, w: int, bu
     once(1)  # compile and first touch
     if reps is None:
         reps = _scaled(once(4), 4, READ_TARGET_S, 1, 1 << 20)
-    ts = [once(reps) for _ in range(ROUNDS)]
-    return per * reps / statistics.median(ts) * 1e-9
+    return (lambda: once(reps)), per * reps
 
 
 def _bandwidths(m: _Meter, prg: Any, device: Any, is_cpu: bool, cus: int, w: int
@@ -297,10 +305,20 @@ def _read_curve(m: _Meter, read: Any, groups: int, l2_total: int, dram_bytes: in
     CPU's reported cache size can be far from it (`plan.read_curve`)."""
     # A step about half way round, coprime with the groups: every chunk is read once a pass.
     step = next(s for s in range(groups // 2 + 1, 2 * groups + 2) if math.gcd(s, groups) == 1)
+    sizes = ladder(l2_total, dram_bytes)
+    launches = {size: _read_launch(m, read, groups, size // groups, w, big, None,
+                                   np.int32(step))
+                for size in sizes if size != dram_bytes}
+    # Rounds that read every size once, medians per size: a host's slow phase of a second or
+    # two then falls on one round of every point, not on every round of a few.
+    times: dict[int, list[float]] = {size: [] for size in launches}
+    for _ in range(CURVE_ROUNDS):
+        for size, (launch, _) in launches.items():
+            times[size].append(launch())
     out = []
-    for size in ladder(l2_total, dram_bytes):
+    for size in sizes:
         rate = dram if size == dram_bytes else \
-            _read_rate(m, read, groups, size // groups, w, big, None, np.int32(step))
+            launches[size][1] / statistics.median(times[size]) * 1e-9
         out.append((size / 2**20, rate))
     return non_increasing(tuple(out))
 
