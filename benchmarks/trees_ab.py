@@ -12,8 +12,11 @@ after the first round), checks the output (against `out0`, or numpy's product) w
 outputs poisoned first, and times `--calls` calls.  Reported per target: the median over
 rounds of each block's median wall time and of its kernels' summed event times, their ratio
 (new / old), and each kernel whose tile or work-group count differs between the trees with
-its minimum and median event time in each.  Blocks in separate processes keep the trees'
-modules apart; alternating them lets both see the machine's slow and fast phases."""
+its minimum and median event time in each; the last column says whether the two trees'
+kernel text is the same (a row whose code is the same shows the machine's noise).  Blocks in
+separate processes keep the trees' modules apart; alternating them lets both see the
+machine's slow and fast phases.  `--hw-old` / `--hw-new` give each tree a hardware model
+(TOML) instead of its device's own calibration."""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import tilec, tilec.onnx
 from pathlib import Path
 from tilec.config import Config
 target, device, calls, cache = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), sys.argv[4]
-config = Config(device=device, cache_dir=Path(cache))
+config = Config(device=device, cache_dir=Path(cache), hw=sys.argv[5] or None)
 if target.startswith("matmul:"):
     n = int(target.split(":")[1])
     rng = np.random.default_rng(0)
@@ -65,15 +68,18 @@ for _ in range(calls):
     for k, v in times.items():
         per.setdefault(k, []).append(v)
 kernels = {k.name: [str(k.tile), int(k.global_size)] for k in info.kernels}
+import hashlib
+source = (info.executable if hasattr(info, "executable") else info).source
 print(json.dumps({"wall": float(np.median(walls)), "sum": float(np.median(sums)), "err": err,
-                  "per": per, "kernels": kernels}))
+                  "per": per, "kernels": kernels,
+                  "code": hashlib.sha256(source.encode()).hexdigest()}))
 """
 
 
-def block(tree: Path, target: str, device: str, calls: int, cache: str) -> dict:
+def block(tree: Path, target: str, device: str, calls: int, cache: str, hw: str = "") -> dict:
     rest = os.environ.get("PYTHONPATH")  # a tree's tilec first, then whatever else was set
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{rest}" if rest else str(tree))
-    p = subprocess.run([sys.executable, "-c", PROBE, target, device, str(calls), cache],
+    p = subprocess.run([sys.executable, "-c", PROBE, target, device, str(calls), cache, hw],
                        capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),
                        timeout=1800)
     try:
@@ -89,29 +95,37 @@ def main() -> int:
     ap.add_argument("--device", default="")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--hw-old", default="", help="a hardware model (TOML) the old tree compiles "
+                    "for instead of its own device model and calibration")
+    ap.add_argument("--hw-new", default="", help="the same for this tree: with both, the "
+                    "trees plan for one set of facts, so a time model change is compared "
+                    "alone (each tree's own calibration can differ by the host's phases)")
     args = ap.parse_args()
     trees = {"old": args.old.resolve(), "new": NEW}
+    hws = {"old": args.hw_old, "new": args.hw_new}
     caches = {name: tempfile.mkdtemp(prefix=f"tilec-ab-{name}-") for name in trees}
     runs: dict[tuple[str, str], list[dict]] = {}
     for target in args.targets:  # the first (cold) load of each, outside the timed rounds
         for name, tree in trees.items():
-            block(tree, target, args.device, 1, caches[name])
+            block(tree, target, args.device, 1, caches[name], hws[name])
     for _ in range(args.rounds):
         for target in args.targets:
             for name, tree in trees.items():
                 runs.setdefault((target, name), []).append(
-                    block(tree, target, args.device, args.calls, caches[name]))
+                    block(tree, target, args.device, args.calls, caches[name], hws[name]))
     print("| target | old wall ms | new wall ms | new / old | old kernels ms | new kernels ms "
-          "| new / old | max error |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| new / old | max error | code |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     notes = []
     for target in args.targets:
         o, n = runs[(target, "old")], runs[(target, "new")]
         w = [statistics.median(r["wall"] for r in x) * 1e3 for x in (o, n)]
         s = [statistics.median(r["sum"] for r in x) * 1e3 for x in (o, n)]
         err = max(r["err"] for r in o + n)
+        # "same": the two trees built identical kernel text (the row is the machine's noise).
+        code = "same" if o[0].get("code") == n[0].get("code") else "differs"
         print(f"| {Path(target).name} | {w[0]:.3f} | {w[1]:.3f} | {w[1] / w[0]:.3f} | "
-              f"{s[0]:.3f} | {s[1]:.3f} | {s[1] / s[0]:.3f} | {err:.1e} |")
+              f"{s[0]:.3f} | {s[1]:.3f} | {s[1] / s[0]:.3f} | {err:.1e} | {code} |")
         ko, kn = o[0]["kernels"], n[0]["kernels"]
         for k in ko:
             if k in kn and ko[k] != kn[k]:
