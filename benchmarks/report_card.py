@@ -80,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--budget", type=float, help="seconds a case may spend measuring")
     ap.add_argument("--json", type=Path, help="write the rows here too")
+    ap.add_argument("--hw", help="a hardware model (name or TOML) to predict with instead of "
+                    "the device's own and its calibration: two trees graded on one model")
     args = ap.parse_args(argv)
     cases = select(cpu_cases() if args.kind == "cpu" else gpu_cases(), args.only)
-    config = Config(device=args.device, use_tuning_records=False)
+    config = Config(device=args.device, hw=args.hw, use_tuning_records=False)
     rows: list[dict] = []
     print(f"# report card, {datetime.date.today()}, {platform.node()}, "
           f"`{' '.join(['python', 'benchmarks/report_card.py', *(argv or sys.argv[1:])])}`")
