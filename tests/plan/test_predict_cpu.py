@@ -292,12 +292,12 @@ def test_reads_across_fewer_pages_are_predicted_faster_and_mirrored_tiles_do_not
     rows ran faster on a 16-core Xeon too; they were predicted alike.  The pages a
     work-item's reads span now cost (`CpuCoefficients.page`)."""
     from tilec.plan.flat import FlatContraction, FlatTensor
-    from tilec.plan.predict_cpu import DEFAULT, far_streams
+    from tilec.plan.predict_cpu import DEFAULT, read_pages
     out = FlatTensor("B_panels", (16, 1, 16384), 0)
     b = FlatTensor("B", (1024, 1, 16), 0)
     copy = FlatContraction(("d0", "pi", "po"), (1024, 16, 64), (out, b))
     T = np.array([[1, 8, 8], [2, 8, 4], [4, 8, 2], [8, 8, 1]], np.int64)
-    assert far_streams(b, [0, 1, 2], T, 4) == pytest.approx([1, 2, 4, 8], rel=0.12)
+    assert read_pages(b, [0, 1, 2], T, 4) == pytest.approx([1, 2, 4, 8], rel=0.12)
     t = _predict(copy, T, CALIBRATED)["time"]
     assert list(t) == sorted(t) and len(set(t)) == 4
     flat = predict_many_cpu(copy, T, CALIBRATED, score_many(copy, T, CALIBRATED),

@@ -14,7 +14,7 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
     item    = il x (red x step + chunk + loop x trips of the loops around the innermost
               + partial x accumulators where swept) + tile + store_run x (output runs - 1)
               + page x (pages its reads span - 1) cycles of one tile (il chunks; runs:
-              `output_runs`; pages: `far_streams`)
+              `output_runs`; pages: `read_pages`)
     compute = ceil(wg / sweep / cores) x sweep x item / clock
               work-items (`sweep` tiles each) in waves over the cores
     L1      = operand bytes the steps load / the calibrated L1 bandwidth / active
@@ -121,7 +121,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     native = hw.muladd_vec or vmax
     width = np.maximum(1.0, v / native)
     nld = np.zeros(n)
-    far = np.zeros(n)
+    pages = np.zeros(n)  # past the first, over the inputs
     load_bytes = np.zeros(n)
     streams = np.zeros(n)
     for t in flat.inputs:
@@ -133,7 +133,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
         nld += o * (reads * width if reads else 1.0)
         load_bytes += o * (reads * v * es if reads else es)
         streams += input_streams(flat, t, outs, A)
-        far = far + far_streams(t, outs, A, es) - 1
+        pages += read_pages(t, outs, A, es) - 1
     red = np.prod(T[:, list(flat.reduce_indices)], axis=1) if flat.reduce_indices \
         else np.ones(n, np.int64)
     if dot:
@@ -158,7 +158,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     swept = stats.get("sweep", np.ones(n, np.int64)).astype(np.float64)
     item = il * (red * step + coeff.chunk + coeff.loop * trips
                  + np.where(swept > 1, coeff.partial * acc, 0.0)) + coeff.tile \
-        + coeff.store_run * (output_runs(flat, outs, A) - 1) + coeff.page * far
+        + coeff.store_run * (output_runs(flat, outs, A) - 1) + coeff.page * pages
     cores = max(1, hw.compute_units or hw.goal_groups // 4)
     clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
     items = wg / swept  # work-items, each `swept` tiles
@@ -226,7 +226,7 @@ def input_runs(flat: FlatContraction, t, T: np.ndarray) -> np.ndarray:
     return _contiguous(t.strides, T)[0]
 
 
-def far_streams(t, outs: list[int], A: np.ndarray, es: int) -> np.ndarray:
+def read_pages(t, outs: list[int], A: np.ndarray, es: int) -> np.ndarray:
     """Pages input t's reads span in one work-item's tile, per row of A: along each output
     index it reads, its points a page or more apart each start a stream of their own, and
     nearer ones share a page in proportion (a panel copy reading 4 rows of a 4 KB-row matrix

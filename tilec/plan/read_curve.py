@@ -77,8 +77,10 @@ def non_increasing(curve: Curve) -> Curve:
             s, n = blocks.pop()
             blocks[-1][0] += s
             blocks[-1][1] += n
-    rates = [math.exp(s / n) for s, n in blocks for _ in range(int(n))]
-    return tuple((m, round(r, 1)) for (m, _), r in zip(curve, rates, strict=True))
+    rates: list[float | None] = []  # None: a point that pooled with none keeps its rate
+    for s, n in blocks:
+        rates += [math.exp(s / n)] * int(n) if n > 1 else [None]
+    return tuple((m, g if r is None else r) for (m, g), r in zip(curve, rates, strict=True))
 
 
 def describe_curve(curve: Curve) -> str:

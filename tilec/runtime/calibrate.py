@@ -320,7 +320,7 @@ def _read_curve(m: _Meter, read: Any, groups: int, l2_total: int, dram_bytes: in
         rate = dram if size == dram_bytes else \
             launches[size][1] / statistics.median(times[size]) * 1e-9
         out.append((size / 2**20, rate))
-    return non_increasing(tuple(out))
+    return tuple((m, round(g, 1)) for m, g in non_increasing(tuple(out)))
 
 
 def _launch_costs(m: _Meter, prg: Any, cus: int) -> tuple[float, float, float]:

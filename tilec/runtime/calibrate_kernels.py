@@ -79,35 +79,33 @@ def read_kernels(w: int) -> str:
     `step` groups on, so that no group reads again what it has just read (its core's L2 would
     serve that) while the groups together read the whole working set each time."""
     t = _vec(w)
-    sums = (f"    {t} s0 = ({t})(0.0f), s1 = s0, s2 = s0, s3 = s0;\n"
-            "    for (int r = 0; r < reps; ++r) {\n"
+    head = "    const int L = get_local_size(0);\n    const int lid = get_local_id(0);\n"
+    pass_p = ("        const int c = (get_group_id(0) + r * step) % get_num_groups(0);\n"
+              f"        __global const {t}* p = a + c * L * n + lid;\n")
+    return (f"__kernel void tilec_cal_read(__global float* out, __global const {t}* a, "
+            f"const int n, const int reps) {{\n{head}"
+            f"    __global const {t}* p = a + get_group_id(0) * L * n + lid;\n{_sums(t, w)}}}\n\n"
+            "__kernel void tilec_cal_pass(__global float* out, __global const "
+            f"{t}* a, const int n, const int reps, const int step) {{\n{head}"
+            f"{_sums(t, w, pass_p)}}}\n\n"
+            f"__kernel void tilec_cal_local(__global float* out, __global const {t}* a, "
+            f"const int n, const int reps, __local {t}* buf) {{\n{head}"
+            f"    for (int i = lid; i < n * L; i += L) buf[i] = a[get_group_id(0) * L * n + i];\n"
+            "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"    __local const {t}* p = buf + lid;\n{_sums(t, w)}}}\n")
+
+
+def _sums(t: str, w: int, each_rep: str = "") -> str:
+    """The read kernels' body: four chains summing `n` vectors of `p` (stride L), `reps`
+    times, `each_rep` (lines) first in every repetition; the sum is stored."""
+    return (f"    {t} s0 = ({t})(0.0f), s1 = s0, s2 = s0, s3 = s0;\n"
+            f"    for (int r = 0; r < reps; ++r) {{\n{each_rep}"
             "        for (int i = 0; i < n; i += 4) {\n"
             "            s0 += p[i * L]; s1 += p[(i + 1) * L];\n"
             "            s2 += p[(i + 2) * L]; s3 += p[(i + 3) * L];\n"
             "        }\n    }\n"
             f"    const {t} s = s0 + s1 + s2 + s3;\n"
             f"    out[get_global_id(0)] = {_lanes('s', w)};\n")
-    head = "    const int L = get_local_size(0);\n    const int lid = get_local_id(0);\n"
-    return (f"__kernel void tilec_cal_read(__global float* out, __global const {t}* a, "
-            f"const int n, const int reps) {{\n{head}"
-            f"    __global const {t}* p = a + get_group_id(0) * L * n + lid;\n{sums}}}\n\n"
-            "__kernel void tilec_cal_pass(__global float* out, __global const "
-            f"{t}* a, const int n, const int reps, const int step) {{\n{head}"
-            f"    {t} s0 = ({t})(0.0f), s1 = s0, s2 = s0, s3 = s0;\n"
-            "    for (int r = 0; r < reps; ++r) {\n"
-            "        const int c = (get_group_id(0) + r * step) % get_num_groups(0);\n"
-            f"        __global const {t}* p = a + c * L * n + lid;\n"
-            "        for (int i = 0; i < n; i += 4) {\n"
-            "            s0 += p[i * L]; s1 += p[(i + 1) * L];\n"
-            "            s2 += p[(i + 2) * L]; s3 += p[(i + 3) * L];\n"
-            "        }\n    }\n"
-            f"    const {t} s = s0 + s1 + s2 + s3;\n"
-            f"    out[get_global_id(0)] = {_lanes('s', w)};\n}}\n\n"
-            f"__kernel void tilec_cal_local(__global float* out, __global const {t}* a, "
-            f"const int n, const int reps, __local {t}* buf) {{\n{head}"
-            f"    for (int i = lid; i < n * L; i += L) buf[i] = a[get_group_id(0) * L * n + i];\n"
-            "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-            f"    __local const {t}* p = buf + lid;\n{sums}}}\n")
 
 
 def exp_kernel(w: int) -> str:
