@@ -3,6 +3,7 @@ given its wheel, PlaidML 0.7.0 on the same OpenCL device, side by side in one ru
 
     python benchmarks/gpu.py [--repeat N] [--budget S] [--hw MODEL] [--only SUBSTRINGS]
                              [--plaidml DIR] [--peak-tflops 66.9] [--bandwidth-gbs 3350]
+                             [--estimate-registers]
 
 The GPU suite (benchmarks/suite.py): fp32 matmul 256..4096 and 4096x4096x1024, the seed conv
 3x3 + ReLU at N=1 56x56, N=1 224x224 and the seed's full N=32 224x224 (64->64), a depthwise
@@ -100,6 +101,9 @@ def main() -> int:
     ap.add_argument("--peak-tflops", type=float, help="fp32 peak (default: H100/H200 by name)")
     ap.add_argument("--bandwidth-gbs", type=float, help="memory bandwidth (default: by name)")
     ap.add_argument("--no-compile", action="store_true", help="skip the compile figures")
+    ap.add_argument("--estimate-registers", action="store_true",
+                    help="rank tiles with the time model's register estimate, not the "
+                         "driver compiler's counts (Config.compiler_registers=False)")
     ap.add_argument("--json", default=str(HERE / "results-gpu.json"))
     ap.add_argument("--png", default=str(HERE / "roofline-gpu.png"))
     args = ap.parse_args()
@@ -121,7 +125,8 @@ def main() -> int:
         raise SystemExit(f"{gpu_name}: give --peak-tflops and --bandwidth-gbs")
     peaks = {"flops": peak, "bytes": bw}
     config = Config(device=args.device, hw=args.hw, use_tuning_records=False,
-                    cache_dir=Path(harness.scratch("tilec-bench-cache-")))
+                    cache_dir=Path(harness.scratch("tilec-bench-cache-")),
+                    compiler_registers=not args.estimate_registers)
     pl_env = None
     if args.plaidml:
         pl_env, pl_root = plaidml_setup(args.plaidml)

@@ -44,6 +44,7 @@ from .runtime.prebuild import (
     split_parts,
 )
 from .runtime.progress import Progress, step
+from .runtime.registers import register_counter
 from .runtime.share import SharedKernels, share_kernels
 from .tune.records import TuneRecord
 
@@ -267,7 +268,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     workers = early_workers(runtime, config.build_workers, len(plan.kernels))
     while True:
         try:
-            sources, searches = generate(plan, model, config, tuned=tuned)
+            sources, searches = generate(plan, model, config, tuned=tuned,
+                                         registers=register_counter(runtime, config))
         except BaseException:
             if workers is not None:
                 workers.close()

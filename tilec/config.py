@@ -88,6 +88,10 @@ class Config:
     # every time.
     calibrate: bool | None = None
     build_options: tuple[str, ...] = ("-cl-mad-enable",)
+    # The registers of a long GPU kernel's top tiles asked of the driver's compiler, where it
+    # says (NVIDIA: `runtime.registers`), and the tiles ranked again with them in place of the
+    # time model's estimate (`plan.registers`); False: the estimate alone.
+    compiler_registers: bool = True
     # Worker processes that build a large program's parts and each kernel's code on PoCL's CPU
     # devices (`runtime.prebuild`), filling PoCL's cache for this process: None = one a
     # compute unit (at most 8), 0 or 1 = build everything in process.

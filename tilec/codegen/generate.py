@@ -5,7 +5,7 @@ tuning (which times the candidates it generates here)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +29,10 @@ from .rows import row_source
 # A tuning record as generate reads it (tilec.tune.records.TuneRecord): `tile_for(names,
 # ranges)`, `seconds`, `threads`, `local_size`, `variant`, `device.device`.
 TuneRecord = Any
+# What the device's compiler gives kernels (`runtime.registers.RegisterCounts`): called with a
+# kernel's name and the texts of its candidates, it returns a work-item's registers for each
+# (None where not known).
+Registers = Callable[[str, Sequence[str]], Sequence["int | None"]]
 
 
 def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str):
@@ -165,11 +169,14 @@ def search_cache_dir(config: Config):
 
 def generate(plan: KernelPlan, hw: HwModel, config: Config,
              tiles: Mapping[str, tuple[int, ...]] | None = None,
-             tuned: Mapping[str, TuneRecord] | None = None
+             tuned: Mapping[str, TuneRecord] | None = None,
+             registers: Registers | None = None
              ) -> tuple[list[KernelSource], dict[str, object]]:
     """Kernel sources in launch order, and the search result of each contraction.  `tuned`
     (kernel name -> tuning record) replaces the search's first choice; a tile forced by the
-    config still wins over a record."""
+    config still wins over a record.  `registers` (where the device's compiler says) counts
+    the registers of a long GPU kernel's top tiles, which are then ranked again
+    (`counted_plan`)."""
     sources: list[KernelSource] = []
     searches: dict[str, object] = {}
     for k in plan.kernels:
@@ -183,6 +190,9 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 result = None
             else:
                 tile, lines, result = plan_tile(k, hw, config, dtype)
+                if registers is not None and result is not None:
+                    result = counted_plan(k, result, plan, hw, config, registers)
+                    tile, lines = tuple(result.tile), result.log_lines(0)
             searches[k.name] = result
             sched = schedule_for(k, hw, config, tile, threads, code)
             if k.out_map == "injective":
@@ -202,6 +212,30 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 src = with_local_size(src, tuned[k.name].local_size)
             sources.append(src)
     return sources, searches
+
+
+def counted_plan(kernel: ContractionKernel, result, plan: KernelPlan, hw: HwModel,
+                 config: Config, registers: Registers):
+    """The search's outcome ranked again with the registers the compiler gives the kernels of
+    its top tiles (`plan.registers`; the search widened to `QUERY_TILES` for it), or as it is
+    where that is not worth a build or the compiler said nothing."""
+    from ..plan.registers import QUERY_TILES, reranked, worth_counting
+    from ..plan.search import search
+
+    if not worth_counting(result):
+        return result
+    wide = search(kernel.flat, hw, post_ops=kernel.post_op_count, dtype=result.dtype,
+                  top_k=max(config.top_k, QUERY_TILES), model=config.cost_model,
+                  cache=search_cache_dir(config))
+    if not worth_counting(wide):
+        return result
+    texts = [contraction_source(kernel, schedule_for(kernel, hw, config, tuple(t),
+                                                     config.threads),
+                                plan.program, [], hw).text for t, _ in wide.top]
+    counts = list(registers(kernel.name, texts))
+    if not any(counts):
+        return result
+    return reranked(wide, counts, keep=config.top_k)
 
 
 def _record_shape(k: RowKernel, plan: KernelPlan, hw: HwModel, config: Config,

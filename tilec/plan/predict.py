@@ -84,12 +84,15 @@ def can_predict(hw: HwModel) -> bool:
 
 def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
                  stats: dict[str, np.ndarray], dtype: str = "float32",
-                 coeff: Coefficients = DEFAULT, exact: bool = True) -> dict[str, np.ndarray]:
+                 coeff: Coefficients = DEFAULT, exact: bool = True,
+                 registers: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Predicted seconds ("time"), the limiting resource ("bottleneck", an index into
     BOTTLENECKS) and every term, for each row of `tiles`; `stats` are `cost.score_many`'s for
     the same rows.  `exact=False` splits threads the vectorised way PlaidML's layout does
     instead of as the schedule will (a search's first pass over up to millions of tiles; the
-    schedule's split takes half a millisecond a tile)."""
+    schedule's split takes half a millisecond a tile).  `registers` (GPU): a work-item's
+    registers as the device's compiler gave each row's kernel (`plan.registers`), in place
+    of the estimate; 0 where not known."""
     if hw.kind == "cpu":
         from .predict_cpu import predict_many_cpu
         return corrected(predict_many_cpu(flat, tiles, hw, stats, dtype), hw)
@@ -123,6 +126,14 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     per_cu = np.ceil(wg / cus)
     local_cu = hw.l1_bytes or 2 * (hw.local_mem_bytes or 49152)
     regs = fmas + 2 * reads + 32
+    counted = np.zeros(n)
+    if registers is not None:
+        # The compiler's figure, allocated in whole units (NVIDIA: 256 registers a warp, 8 a
+        # work-item): 147 registers hold 152, and a 256-thread group of them leaves no room
+        # for a second.  The estimate is 16 registers off at best, too much at the 128
+        # boundary where an SM's groups halve.
+        counted = np.asarray(registers, np.float64)
+        regs = np.where(counted > 0, np.ceil(counted / REGISTER_UNIT) * REGISTER_UNIT, regs)
     # The pipelined loop (`gpu_form`) doubles the local tiles where they fit and it applies.
     trips = np.prod(-(-np.asarray(flat.ranges)[list(flat.reduce_indices)]
                       // T[:, list(flat.reduce_indices)]), axis=1) if flat.reduce_indices \
@@ -171,7 +182,7 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             "dram_s": dram, "local_s": local, "latency_s": latency_s,
             "fixed_s": np.full(n, 0.0) + fixed, "issue": issue,
             "latency": latency, "resident": resident, "acc": acc,
-            "acc_regs": fmas, "reg_cap": np.full(n, cap), "regs": regs,
+            "acc_regs": fmas, "reg_cap": np.full(n, cap), "regs": regs, "compiled_regs": counted,
             "copies": copies, "reads": reads}, hw)
 
 
@@ -184,6 +195,10 @@ def local_bandwidth(hw: HwModel) -> float:
     if hw.compute_units and hw.clock_mhz:
         return hw.compute_units * PASS_BYTES * hw.clock_mhz * 1e6
     return 0.0
+
+
+# Registers a work-item is given in whole units of (NVIDIA allocates a warp's 256 at a time).
+REGISTER_UNIT = 8
 
 
 # Issue slots of one read of an input under a padding constraint: the read's address is
@@ -350,4 +365,12 @@ def explain_line(pred: dict[str, np.ndarray], row: int) -> str:
             f" us, L2 {us['l2_s']:.1f} us, DRAM {us['dram_s']:.1f} us, fixed "
             f"{us['fixed_s']:.1f} us; "
             f"{int(pred['resident'][row])} groups resident a compute unit, "
-            f"{int(pred['acc'][row])} accumulators a work-item)")
+            f"{int(pred['acc'][row])} accumulators a work-item{_compiled(pred, row)})")
+
+
+def _compiled(pred: dict[str, np.ndarray], row: int) -> str:
+    """The registers the device's compiler gave the kernel, where it was asked."""
+    counted = pred.get("compiled_regs")
+    if counted is None or not counted[row]:
+        return ""
+    return f", {int(counted[row])} registers as compiled"

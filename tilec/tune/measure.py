@@ -41,6 +41,7 @@ from ..plan.rows import RowKernel
 from ..plan.schedule import ROLLED, UNPIPELINED
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, hw_model_for
+from ..runtime.registers import register_counter
 from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
 from .records import (
     DeviceKey,
@@ -160,7 +161,8 @@ class Prepared:
         self.program = packed(self.program, self.model, config)
         self.plan = plan_kernels(self.program, rows=config.row_fusion,
                                  attention=fuse_attention(config, self.model))
-        self.sources, self.searches = generate(self.plan, self.model, config)
+        self.sources, self.searches = generate(self.plan, self.model, config,
+                                               registers=register_counter(self.runtime, config))
         self.device = DeviceKey.from_info(self.runtime.info)
         self.copies, self.seed = copies, seed
         self._bench: Bench | None = None
