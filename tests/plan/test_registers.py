@@ -61,9 +61,9 @@ def test_counts_must_match_the_tiles() -> None:
 
 
 def test_only_long_gpu_kernels_ranked_by_time_are_worth_counting() -> None:
-    assert worth_counting(search(matmul_flat(2048, 2048, 2048), H100))
-    short = search(matmul_flat(64, 64, 64), H100)
+    assert worth_counting(search(matmul_flat(4096, 4096, 4096), H100))
+    short = search(matmul_flat(1024, 1024, 1024), H100)
     assert short.predicted[0][0] < MIN_SECONDS and not worth_counting(short)
-    assert not worth_counting(search(matmul_flat(2048, 2048, 2048), H100, model="plaidml"))
+    assert not worth_counting(search(matmul_flat(4096, 4096, 4096), H100, model="plaidml"))
     cpu = search(matmul_flat(1024, 1024, 1024), HwModel.load("pocl-cpu"))
     assert not worth_counting(cpu)

@@ -42,8 +42,8 @@ def test_the_log_is_read_entry_by_entry() -> None:
 def test_a_candidate_is_renamed_with_its_parts() -> None:
     text = ("__kernel void contract_O(int a) {}\n__kernel void contract_O_part1() {}\n"
             "// contract_OX stays\n")
-    assert renamed("contract_O", text, 3) == (
-        "__kernel void contract_O_r3(int a) {}\n__kernel void contract_O_r3_part1() {}\n"
+    assert renamed("contract_O", text, "q3") == (
+        "__kernel void contract_O_q3(int a) {}\n__kernel void contract_O_q3_part1() {}\n"
         "// contract_OX stays\n")
 
 
@@ -58,12 +58,14 @@ class _Info:
 
 class _FakeCL:
     """A driver that counts a kernel's registers as 100 + its text's length % 50, refuses
-    programs with "bad" in them and logs as NVIDIA's does."""
+    programs with "REFUSED" in them and logs as NVIDIA's does, keeping the last `keep` entries of
+    a program's log."""
 
     Error = _Error
 
-    def __init__(self):
+    def __init__(self, keep: int = 100):
         self.sources: list[str] = []
+        self.keep = keep
 
     def Program(self, context, source):  # noqa: N802 - pyopencl's spelling
         fake = self
@@ -72,12 +74,12 @@ class _FakeCL:
             def build(self, options, cache_dir):
                 fake.sources.append(source)
                 assert "-cl-nv-verbose" in options and "-cl-mad-enable" in options
-                if "bad" in source:
+                if "REFUSED" in source:
                     raise _Error("refused")
                 self.log = "".join(
                     f"ptxas info : Compiling entry function '{m.group(1)}' for 'sm_90'\n"
                     f"ptxas info : Used {100 + len(m.group(2)) % 50} registers\n"
-                    for m in re.finditer(r"void (\w+)\(\) \{(.*?)\}", source))
+                    for m in list(re.finditer(r"void (\w+)\(\) \{(.*?)\}", source))[-fake.keep:])
 
             def get_build_info(self, device, what):
                 return self.log
@@ -86,8 +88,8 @@ class _FakeCL:
 
 
 class _FakeRuntime:
-    def __init__(self):
-        self.cl = _FakeCL()
+    def __init__(self, keep: int = 100):
+        self.cl = _FakeCL(keep)
         self.context = self.device = None
         self.info = _Info()
 
@@ -101,12 +103,16 @@ def test_counts_are_asked_once_and_kept_on_disk(tmp_path) -> None:
     counts = RegisterCounts(rt, ("-cl-mad-enable",), tmp_path)
     texts = _texts("a" * 3, "b" * 7)
     assert counts("contract_O", texts) == [103, 107]
-    assert counts.built == 1 and "contract_O_r0()" in rt.cl.sources[0]
+    assert counts.built == 1
+    # Each entry renamed with a tag no build had (the driver's cache gives empty logs).
+    names = re.findall(r"void (contract_O_q[0-9a-f]+)\(\)", rt.cl.sources[0])
+    assert len(names) == 2 and len(set(names)) == 2
     assert counts("contract_O", texts[::-1]) == [107, 103]  # from memory, by text
     assert counts.built == 1
     again = RegisterCounts(rt, ("-cl-mad-enable",), tmp_path)  # another process: from disk
     assert again("contract_O", texts + _texts("c")) == [103, 107, 101]
-    assert again.built == 1 and "contract_O_r0() {c}" in rt.cl.sources[-1]
+    assert again.built == 1 and re.search(r"contract_O_q\w+\(\) \{c\}", rt.cl.sources[-1])
+    assert counts("contract_O", texts)[0] == 103 and not re.search(r"\{a+\}", rt.cl.sources[-1])
     # Other build options are another key.
     other = RegisterCounts(rt, ("-cl-mad-enable", "-cl-fast-relaxed-math"), tmp_path)
     other("contract_O", texts[:1])
@@ -116,8 +122,18 @@ def test_counts_are_asked_once_and_kept_on_disk(tmp_path) -> None:
 def test_a_refused_candidate_is_counted_as_unknown(tmp_path) -> None:
     rt = _FakeRuntime()
     counts = RegisterCounts(rt, ("-cl-mad-enable",), None)
-    assert counts("contract_O", _texts("aa", "bad", "a")) == [102, None, 101]
+    assert counts("contract_O", _texts("aa", "REFUSED", "a")) == [102, None, 101]
     assert counts.built == 4  # the program refused, then each text alone
+
+
+def test_candidates_are_built_in_chunks_and_lost_entries_again() -> None:
+    # The driver's log keeps the last 6 entries: of a chunk of 8, the first two are built
+    # again on their own.
+    rt = _FakeRuntime(keep=6)
+    counts = RegisterCounts(rt, ("-cl-mad-enable",), None)
+    texts = _texts(*("x" * n for n in range(1, 11)))
+    assert counts("contract_O", texts) == [100 + n for n in range(1, 11)]
+    assert [s.count("__kernel") for s in rt.cl.sources] == [8, 2, 1, 1]
 
 
 @needs_device

@@ -8,7 +8,8 @@ development VM (32 MiB of L3) reads 16 MiB at 110 GB/s, 24 MiB at 88 and 48 MiB 
 30-37.  The calibration (`runtime.calibrate`) measures the rate at working sets from twice
 the aggregate L2 to past the last-level cache, doubling (`ladder`), and the CPU time model
 reads a kernel's first pass over its tensors at the rate of their size, interpolated between
-the points (`rate_at`).  A hardware TOML can give the curve as a table `read_gbs = { 32 = 570.0, ... }`.
+the points (`rate_at`).  A hardware TOML can give the curve as a table
+`read_gbs = { 32 = 570.0, ... }`.
 """
 
 from __future__ import annotations

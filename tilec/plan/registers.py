@@ -8,7 +8,8 @@ reads and copies anything from 127 to 209 registers: on the H200's seed conv at 
 model's first choice compiled to 147 (one 256-thread group an SM, 4.06 ms) where tiles of 128
 held two (3.09-3.51 ms).  Where a driver says what it allocated (`runtime.registers`), code
 generation writes the kernels of a long kernel's top tiles, asks, and `reranked` predicts them
-again with the counts.  It is not worth a build of the candidates for short kernels (`MIN_SECONDS`)."""
+again with the counts.  Counting costs a build of the candidates (a 3x3 convolution's 16: 6 s on
+the H200's driver, kept in the cache after), worth it for long kernels only (`MIN_SECONDS`)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 # Tiles whose kernels are counted: the top 8 of the H200's seed conv at N=32 all compiled past
 # 128 registers; the 9th to 16th hold tiles that keep two groups an SM.
 QUERY_TILES = 16
-# A kernel predicted shorter than this keeps the estimate: counting its candidates costs
-# one build of them (NVIDIA: tens of milliseconds a kernel), more than a short kernel can win.
-MIN_SECONDS = 50e-6
+# A kernel predicted shorter than this keeps the estimate: its candidates' build (0.4 s a
+# convolution kernel on the H200) is more than a short kernel can win back.
+MIN_SECONDS = 500e-6
 
 
 def worth_counting(plan: TiledPlan) -> bool:
