@@ -13,8 +13,8 @@ counted_plan`); they are built `CHUNK` a program, each entry renamed with a tag 
 that they can stand side by side, and the log is read entry by entry.  A 3x3 convolution's
 kernel takes the H200's driver about 0.4 s: 16 candidates add 6 s to a cold compile.  Counts
 are kept per device, driver, build options and text, in memory and under the cache directory:
-a compile that repeats a layer, or a later process, does not build them again.  Other drivers say nothing,
-and the time model keeps its estimate there."""
+a compile that repeats a layer, or a later process, does not build them again.  Other drivers
+say nothing, and the time model keeps its estimate there."""
 
 from __future__ import annotations
 
