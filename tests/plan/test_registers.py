@@ -8,7 +8,13 @@ import pytest
 from tilec.plan.cost import score_many
 from tilec.plan.hw import HwModel
 from tilec.plan.predict import predict_many
-from tilec.plan.registers import MIN_SECONDS, QUERY_TILES, reranked, worth_counting
+from tilec.plan.registers import (
+    MIN_SECONDS,
+    QUERY_TILES,
+    counted_enough,
+    reranked,
+    worth_counting,
+)
 from tilec.plan.search import search
 
 from ..flats import matmul_flat, seed_flat
@@ -67,3 +73,16 @@ def test_only_long_gpu_kernels_ranked_by_time_are_worth_counting() -> None:
     assert not worth_counting(search(matmul_flat(4096, 4096, 4096), H100, model="plaidml"))
     cpu = search(matmul_flat(1024, 1024, 1024), HwModel.load("pocl-cpu"))
     assert not worth_counting(cpu)
+
+
+def test_counting_stops_once_a_counted_tile_beats_every_estimate_left() -> None:
+    plan = search(seed_flat(32), H100, top_k=QUERY_TILES)
+    n = len(plan.top)
+    # The first tile keeps what the estimate gave it: nothing left can beat it.
+    est = int(predict_many(plan.flat, np.asarray([plan.top[0][0]], np.int64), H100,
+                           score_many(plan.flat, np.asarray([plan.top[0][0]], np.int64),
+                                      H100))["regs"][0])
+    assert counted_enough(plan, [est] + [None] * (n - 1), 1)
+    # Given 255 registers it is slower than the second tile's estimate: count on.
+    assert not counted_enough(plan, [255] + [None] * (n - 1), 1)
+    assert counted_enough(plan, [255] * n, n)  # all counted
