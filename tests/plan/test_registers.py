@@ -86,3 +86,23 @@ def test_counting_stops_once_a_counted_tile_beats_every_estimate_left() -> None:
     # Given 255 registers it is slower than the second tile's estimate: count on.
     assert not counted_enough(plan, [255] + [None] * (n - 1), 1)
     assert counted_enough(plan, [255] * n, n)  # all counted
+
+
+def test_staging_reads_count_whole_l2_sectors() -> None:
+    """A 3x3 convolution tile of 2 channels reads 8 bytes of each pixel: with 32-byte
+    sectors its staging copies move 4x the bytes it stages, and its L2 term grows."""
+    import dataclasses
+
+    flat = seed_flat(32)
+    tiles = np.asarray([[2, 64, 3, 3, 4, 16, 4], [8, 64, 3, 3, 4, 16, 4]], np.int64)
+    plain = dataclasses.replace(H100, sector_bytes=0)
+    assert H100.sector_bytes == 32
+    st = score_many(flat, tiles, H100)
+    assert "sectors" not in score_many(flat, tiles, plain)
+    # D's rows: 2 channels in a 32-byte sector, 8 channels in one of 32 bytes exactly.
+    d_share = st["sectors"] / st["sm"]
+    assert d_share[0] > 1.5 and d_share[1] == pytest.approx(1.0, abs=0.05)
+    with_sectors = predict_many(flat, tiles, H100, st)["l2_s"]
+    without = predict_many(flat, tiles, plain, score_many(flat, tiles, plain))["l2_s"]
+    assert with_sectors[0] > 1.5 * without[0]
+    assert with_sectors[1] == pytest.approx(without[1], rel=0.05)

@@ -159,6 +159,9 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     tile_points = np.prod(T, axis=1)
     kv = _vector_index(flat, hw) if gpu else None
     reread = np.zeros(n, np.int64)
+    # Reads in the L2's sectors (`HwModel.sector_bytes`), for the time model's L2 term.
+    ms = max(1, hw.sector_bytes // es) if gpu and hw.sector_bytes else 0
+    sectors = np.zeros(n, np.int64)
     for t in flat.inputs:
         cols = [c for c in range(k) if t.strides[c] != 0]
         got = _on_unique(T, cols, lambda sub, t=t, cols=cols: np.stack(
@@ -168,6 +171,10 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
             continue
         once = split & (got[:, 2] >= tile_points) & (kv is None or t.strides[kv] in (0, 1))
         local += np.where(once, 0, got[:, 1])
+        if ms:
+            lines = _on_unique(T, cols, lambda sub, t=t, cols=cols: merge_stats(
+                t, _spread(sub, cols, k), ms)[0])
+            sectors += np.where(once, 0, lines)
         full = int(np.prod([flat.ranges[c] for c in cols])) if cols else 1
         reread += np.where(once, np.maximum(0, wg * il * got[:, 2] - full) * es, 0)
     mr = sum(loads, np.zeros(n, np.int64)) * hw.mem_width + post_inputs * mw_count * es
@@ -185,6 +192,8 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     fpb, occ, roof_r, occ_r, thr_r, sc = ratios(to, (wg * (il * mr + mw)).astype(np.float64),
                                                  wg, tu, hw)
     res.update(sm=sm, status=status, reread=reread)
+    if ms:
+        res["sectors"] = sectors * ms * es
     finish(res, status, flops_per_byte=fpb, occupancy=occ, roof_ratio=roof_r,
             occ_ratio=occ_r, thread_ratio=thr_r, score=sc)
     return res

@@ -70,6 +70,10 @@ class HwModel:
     bandwidth_gbs: float = 0.0  # global memory
     max_work_group_size: int = 0
     local_mem_bytes: int = 0  # per work-group, as OpenCL reports it
+    # GPU: the unit its L2 serves global reads in (NVIDIA: 32-byte sectors of the 128-byte
+    # line), which the time model counts a staging copy's reads in; 0: unknown, the bytes
+    # staged are counted.
+    sector_bytes: int = 0
     source: str = ""  # where the values came from
     # Measured facts (`tilec devices --calibrate`, plan/calibration.py), or a TOML's.  The
     # defaults are what tilec assumed before it measured: `fma()` and nothing known.
@@ -393,7 +397,7 @@ def _value_problems(v: dict[str, Any]) -> list[tuple[str, str]]:
         if size not in (1, 2, 4, 8):
             out.append(("elem_bytes", f"{dtype} = {size}: an element is 1, 2, 4 or 8 bytes"))
     for name in ("max_mem", "registers", "l1_bytes", "l2_bytes", "compute_units", "clock_mhz",
-                 "max_work_group_size", "local_mem_bytes", *_FLOAT_FIELDS):
+                 "max_work_group_size", "local_mem_bytes", "sector_bytes", *_FLOAT_FIELDS):
         if v[name] < 0 or v[name] != v[name]:
             out.append((name, f"must not be negative, not {v[name]}"))
     for b in CORRECTIONS:

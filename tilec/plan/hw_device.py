@@ -88,6 +88,9 @@ def derive(device: Any, max_vec: int | None = None) -> HwModel:
         max_regs=threads * 64 * 4 if cus >= 16 else 16384, goal_flops_per_byte=50.0,
         staging="global" if emulated_local or local == 0 else "local",
         vec_size=min(max(4, _clamp_vec(pref)), _clamp_vec(max_vec or 16)), l2_bytes=cache,
+        # NVIDIA's L2 serves 32-byte sectors of its 128-byte line (the CUDA guide's global
+        # memory accesses; OpenCL reports only the line); other vendors' are not known here.
+        sector_bytes=32 if "nvidia" in pname.lower() else 0,
         **common,
     )
 

@@ -158,7 +158,12 @@ def predict_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     latency_s = np.ceil(per_cu / resident) * il * coeff.tile_latency_us * 1e-6
     # Inputs a split kernel reads through the cache (`cost.score_many`) come from DRAM once
     # (the DRAM term); what other work-groups read of them again comes from L2.
-    l2 = (wg * (il * stats["sm"] + stats["mw"]) + stats.get("reread", 0)) / l2_bw
+    # Where the L2's sector is known (`HwModel.sector_bytes`) a staging copy's reads count in
+    # whole sectors: a tile that reads 2 channels of each pixel moves a 32-byte sector for 8
+    # bytes (the H200's N=32 seed conv at ci=2 ran 3.5 ms where ci=4 tiles ran 3.1; over five
+    # H200 sweeps rho rose by up to 0.17 and no first choice got slower).
+    staged = np.maximum(stats["sm"], stats["sectors"]) if "sectors" in stats else stats["sm"]
+    l2 = (wg * (il * staged + stats["mw"]) + stats.get("reread", 0)) / l2_bw
     unique = sum(t.size for t in flat.inputs) + flat.output.size
     dram = np.full(n, unique * es / dram_bw)
     launch = (hw.launch_us or coeff.launch_us) * 1e-6
