@@ -125,7 +125,10 @@ def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: 
                 if all(t.strides[f] == 0 for t in streamed):
                     shared |= fastest == f
         best = np.ones(n, np.int64)
-        for m in range(2, int(min(count[ok].max(), cap[ok].max())) + 1):
+        # Only a divisor of some row's count can fit (the loop keeps the largest that does):
+        # a 56-wide index tries 2, 4, 7, 8, 14, 28 and 56, not every number up to 56.
+        top = int(min(count[ok].max(), cap[ok].max()))
+        for m in _divisors(np.unique(count[ok]).tolist(), top):
             fits = ok & (count % m == 0) & (m <= cap) & (groups // m >= floor)
             if (fits & shared).any():
                 Tm = T.copy()
@@ -136,6 +139,16 @@ def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: 
         won = best > 1
         index, tiles = np.where(won, k, index), np.where(won, best, tiles)
     return index, tiles
+
+
+def _divisors(counts: list[int], top: int) -> list[int]:
+    """Every divisor from 2 to `top` of any of `counts`, ascending."""
+    found: set[int] = set()
+    for c in counts:
+        for d in range(1, int(c ** 0.5) + 1):
+            if c % d == 0:
+                found.update((d, c // d))
+    return sorted(m for m in found if 2 <= m <= top)
 
 
 def sweep_reuse(tiles: np.ndarray, *, chunk_bytes: np.ndarray, partial_bytes: np.ndarray,
