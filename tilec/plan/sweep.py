@@ -130,11 +130,12 @@ def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: 
         top = int(min(count[ok].max(), cap[ok].max()))
         for m in _divisors(np.unique(count[ok]).tolist(), top):
             fits = ok & (count % m == 0) & (m <= cap) & (groups // m >= floor)
-            if (fits & shared).any():
-                Tm = T.copy()
+            rows = np.flatnonzero(fits & shared)
+            if rows.size:
+                Tm = T[rows]  # (a copy) the rows whose footprint decides
                 Tm[:, k] *= m
                 footprint = sum(window_elems(flat, t, Tm) for t in streamed) * es
-                fits &= ~shared | (footprint <= half_l2)
+                fits[rows] &= footprint <= half_l2
             best = np.where(fits, m, best)
         won = best > 1
         index, tiles = np.where(won, k, index), np.where(won, best, tiles)
