@@ -216,7 +216,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
             # the GPU model's register terms: vector registers; no staging copies; no
             # local-memory reads
             "regs": stats.get("vregs", acc).astype(np.float64), "copies": np.zeros(n),
-            "reads": np.zeros(n)}
+            "reads": np.zeros(n), "compiled_regs": np.zeros(n)}
 
 
 def input_runs(flat: FlatContraction, t, T: np.ndarray) -> np.ndarray:
