@@ -21,7 +21,14 @@ from .lang import ir
 from .lang.api import check_program
 from .lang.check import normalize_dtype
 from .plan.chain import chain_kernels
-from .plan.fuse import ContractionKernel, KernelPlan, fuse_attention, is_plain_copy, plan_kernels
+from .plan.fuse import (
+    ContractionKernel,
+    KernelPlan,
+    fuse_attention,
+    is_plain_copy,
+    plan_kernels,
+    use_halos,
+)
 from .plan.hw import HwModel
 from .runtime import compiled
 from .runtime.device import Runtime, hw_model_for
@@ -256,7 +263,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     program = packed(program, model, config, constants or ())
     plan = plan_kernels(program, rows=config.row_fusion,
                         attention=fuse_attention(config, model),
-                        halos=config.halos)
+                        halos=use_halos(config, model))
     step(progress, f"planned {len(plan.kernels)} kernels")
     if config.threads is None and model.threads > runtime.max_wg:
         # A model written for a bigger device: plan no more threads than this one takes.

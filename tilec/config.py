@@ -49,10 +49,12 @@ class Config:
     pack_panels: bool = True
     # Zero-padded reads of tensors the program computes (a padded convolution's input) read
     # a buffer with a zero border instead, the tensor written inside it (`plan.halo`), so
-    # the kernel tests no bounds: half the code of a padded convolution, a quarter less time
-    # generating resnet50's kernels on PoCL, but 2-4% slower 3x3 convolutions on the 2-core
-    # AVX-512 Xeon (PoCL 3.0), hence off unless asked for.
-    halos: bool = False
+    # the kernel tests no bounds: a padded convolution's code is half as long and PoCL makes
+    # its machine code 3-4x faster (resnet50 cold 1.2 s sooner on a 2-core Zen 3 and on a
+    # 16-core Xeon), and the models ran as fast or faster (resnet18 0.94-0.96x the time,
+    # resnet50 0.97-0.99x, squeezenet 0.97-1.00x).  None: for CPU devices (and CPU hardware
+    # models); True / False: always / never.
+    halos: bool | None = None
     # A graph's NCHW convolutions, and the pools, normalisations and elementwise nodes between
     # them, channels-last (`graph.channels_last`): a CPU convolution's output channels are its
     # vector lanes, stored whole in NHWC and lane by lane in NCHW (squeezenet's 55x55 3x3

@@ -10,7 +10,8 @@ from tilec import bundle
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.lang.reference import random_array
-from tilec.plan.fuse import ContractionKernel, plan_kernels
+from tilec.plan.fuse import ContractionKernel, plan_kernels, use_halos
+from tilec.plan.hw import HwModel
 from tilec.plan.halo import pad_reads
 
 from ..device import needs_device
@@ -118,7 +119,7 @@ def test_against_numpy_with_poisoned_buffers(case, halos):
 def test_halo_kernels_agree_with_the_constrained_ones():
     """Every transformed kernel against the untransformed one, on the same inputs."""
     cfg = dict(hw="pocl-cpu", use_disk_cache=False)
-    plain = tile_compile(MIXED, MIXED_SHAPES, config=Config(**cfg))
+    plain = tile_compile(MIXED, MIXED_SHAPES, config=Config(halos=False, **cfg))
     padded = tile_compile(MIXED, MIXED_SHAPES, config=Config(halos=True, **cfg))
     assert any("_halo" in s.text for s in padded.sources)
     assert not any("_halo" in s.text for s in plain.sources)
@@ -142,3 +143,27 @@ def test_a_bundle_keeps_the_border(tmp_path):
     ref = exe.run(arrays)
     out = loaded.run(arrays, poison=True)
     np.testing.assert_allclose(out["O"], ref["O"], rtol=1e-5, atol=1e-5)
+
+
+def test_halos_are_the_default_on_cpus():
+    cpu, gpu = HwModel.load("pocl-cpu"), HwModel.load("nvidia-h100")
+    assert use_halos(Config(), cpu) and not use_halos(Config(), gpu)
+    assert not use_halos(Config(halos=False), cpu) and use_halos(Config(halos=True), gpu)
+
+
+@needs_device
+def test_tuning_keeps_the_border(tmp_path):
+    """`tilec tune` plans as compile does (halos on a CPU): each candidate of the kernel that
+    reads the border is run with the border filled and the rest poisoned, and passes; the
+    record it keeps is the one compile then uses."""
+    from tilec.tune.measure import tune
+
+    config = Config(hw="pocl-cpu", cache_dir=tmp_path, records_path=tmp_path / "r.jsonl")
+    report = tune(CONV, CONV_SHAPES, config=config, top_k=3)
+    (k,) = [k for k in report.kernels if k.kernel == "contract_B"]
+    assert k.results and all(m.status == "ok" for m in k.results), k.results
+    exe = tile_compile(CONV, CONV_SHAPES, config=config)
+    assert exe.plan.halos and "contract_B" in exe.tuned
+    rng = np.random.default_rng(7)
+    arrays = {n: random_array(rng, CONV_SHAPES[n], "float32") for n in CONV_SHAPES}
+    assert exe.check(exe._inputs(arrays), exe.run(arrays, poison=True)).ok

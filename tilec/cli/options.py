@@ -95,7 +95,7 @@ def make_config(args: argparse.Namespace) -> Config:
                   use_tuning_records=not getattr(args, "no_records", False),
                   cost_model=getattr(args, "model", None) or "time",
                   pack_panels=not getattr(args, "no_pack", False),
-                  halos=getattr(args, "halos", False),
+                  halos=getattr(args, "halos", None),
                   chains=not getattr(args, "no_chains", False),
                   split_k=parse_split_k(getattr(args, "split_k", None)))
 
@@ -126,10 +126,13 @@ def add_device_options(sp: argparse.ArgumentParser) -> None:
                     help="CPU matrix products read their operands as written (by default the "
                     "operand each work-item reads a panel of is copied into contiguous "
                     "panels first)")
-    sp.add_argument("--halos", action="store_true",
+    sp.add_argument("--halos", action="store_true", default=None,
                     help="computed tensors that a convolution reads with zero padding are "
                     "written inside a buffer with a zero border, and read there without "
-                    "bounds tests (smaller kernels, faster to build)")
+                    "bounds tests (smaller kernels, faster to build; the default on CPUs)")
+    sp.add_argument("--no-halos", dest="halos", action="store_false",
+                    help="padded reads of computed tensors test their bounds (the default "
+                    "on GPUs)")
     sp.add_argument("--no-chains", action="store_true",
                     help="one launch a kernel (by default runs of small kernels, such as an "
                     "unrolled recurrent layer's steps, run as one kernel of one work-group)")

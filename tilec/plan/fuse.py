@@ -269,6 +269,14 @@ def _windowed(flat: FlatContraction, op: ir.Contraction, halos: Mapping[str, Hal
     return dataclasses.replace(flat, windowed=found)
 
 
+def use_halos(config, hw) -> bool:
+    """Whether zero-padded reads of computed tensors read a bordered buffer
+    (`Config.halos`)."""
+    if config.halos is not None:
+        return config.halos
+    return hw.kind == "cpu"
+
+
 def fuse_attention(config, hw) -> bool:
     """Whether to plan attention kernels for this device (`Config.attention_fusion`)."""
     if config.attention_fusion is not None:

@@ -159,10 +159,26 @@ class Bench:
                 runtime.upload(buf, self.inputs[n])
         self.temps = {n: runtime.buffer(self.sizes[n]) for n in plan.buffers()
                       if n not in p.inputs}
+        # Bordered buffers (`plan.halo`): the border holds its value before any kernel runs.
+        self.halos = {h.root: h for h in plan.halos}
+        for n in self.halos:
+            self._poison(n)
         self.reference = evaluate_program(p, self.inputs)
         self.tolerance = {n: tolerance(self.reference[n], config) for n in p.outputs
                           if p.tensors[n].dtype == "float32" and n not in p.inputs}
         self._built: dict[str, object] = {}
+
+    def _poison(self, name: str) -> None:
+        """Poison `name`'s buffer; a halo's border keeps its value."""
+        t = self.program.tensors[name]
+        halo = self.halos.get(name)
+        if halo is None:
+            self.runtime.fill(self.temps[name], POISON[t.dtype], self.sizes[name])
+            return
+        arr = np.full(t.shape, halo.fill, dtype=NP[t.dtype])
+        arr[tuple(slice(a, n - b) for a, b, n in zip(halo.lo, halo.hi, t.shape,
+                                                     strict=True))] = POISON[t.dtype]
+        self.runtime.upload(self.temps[name], arr)
 
     def source(self, name: str) -> KernelSource:
         return next(s for s in self.sources if s.name == name)
@@ -206,8 +222,8 @@ class Bench:
         """Run the program with the candidate, its outputs poisoned first: "" when every
         output matches the reference, else where the worst one does not."""
         rt, p = self.runtime, self.program
-        for n, buf in self.temps.items():
-            rt.fill(buf, POISON[p.tensors[n].dtype], self.sizes[n])
+        for n in self.temps:
+            self._poison(n)
         for s in self.sources:
             chosen, kern = (candidate, kernel) if s.name == candidate.name else \
                 (s, self.kernels[s.name])

@@ -34,7 +34,7 @@ from ..codegen.contraction import KernelSource, contraction_source
 from ..codegen.generate import generate, packed, schedule_for, split_k, with_local_size
 from ..config import Config
 from ..errors import Source, TileError
-from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels
+from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kernels, use_halos
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
@@ -160,7 +160,8 @@ class Prepared:
         self.program, _ = split_k(self.program, self.model, config)
         self.program = packed(self.program, self.model, config)
         self.plan = plan_kernels(self.program, rows=config.row_fusion,
-                                 attention=fuse_attention(config, self.model))
+                                 attention=fuse_attention(config, self.model),
+                                 halos=use_halos(config, self.model))
         self.sources, self.searches = generate(self.plan, self.model, config,
                                                registers=register_counter(self.runtime, config))
         self.device = DeviceKey.from_info(self.runtime.info)
