@@ -93,8 +93,10 @@ def _blocks(n: int, channels: int = 4, size: int = 6) -> tuple[Graph, dict, np.n
 def test_repeated_blocks_build_one_kernel_and_match_numpy(tmp_path):
     g, arrays, want = _blocks(3)
     # (Without the filters' relaid copies, one per block: `plan.pack`.)
+    # Halos off: with them the first block reads the input as given, the others a bordered
+    # buffer, and the last writes the output without a border (three functions).
     exe, outs = run(g, arrays, config=Config(cache_dir=tmp_path, pack_panels=False,
-                                             chains=False), quiet=True)
+                                             chains=False, halos=False), quiet=True)
     inner = exe.executable
     assert len(inner.kernels) == 3
     assert len(set(inner.entries.values())) == 1  # one function runs all three
@@ -165,7 +167,8 @@ def test_the_key_follows_what_is_compiled():
 
 
 @needs_device
-def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path):
+@pytest.mark.parametrize("halos", [False, None])
+def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path, halos):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     import tilec.onnx
@@ -176,13 +179,18 @@ def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path):
     x = input_array(model)
     # Chains off: this small model's kernels are short enough (channels-last on a CPU) to
     # run as one chain kernel, which leaves nothing to share.
-    exe = tilec.onnx.load(model, config=Config(cache_dir=tmp_path, chains=False), quiet=True)
+    exe = tilec.onnx.load(model, config=Config(cache_dir=tmp_path, chains=False, halos=halos),
+                          quiet=True)
     got = exe.run({"input": x}, poison=True)["output"]
     inner = exe.last.executable
     assert len(set(inner.entries.values())) < len(inner.kernels)
     # The repeated block's convolutions (bias and relu fused, epilogue values named after
-    # their tensors) run one function.
-    for conv in ("relu_Relu", "conv2_Conv"):
+    # their tensors) run one function.  With halos (the CPU default) the first block's
+    # second convolution writes a border the next block reads, the second block's one the
+    # next stage's (a stride-2 window: another border), so only the first convolutions
+    # share.
+    assert bool(inner.plan.halos) == (halos is None)
+    for conv in ("relu_Relu", "conv2_Conv") if halos is False else ("relu_Relu",):
         first = inner.entries[f"contract_T_layer1_layer1_0_{conv}_output_0_acc"]
         assert inner.entries[f"contract_T_layer1_layer1_1_{conv}_output_0_acc"] == first
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
