@@ -19,7 +19,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..lang.api import check_program
     from ..plan.attention import AttentionKernel
     from ..plan.flatten import describe
-    from ..plan.fuse import ContractionKernel, fuse_attention, plan_kernels
+    from ..plan.fuse import ContractionKernel, fuse_attention, plan_kernels, use_halos
     from ..plan.hw import HwModel
     from ..plan.rows import RowKernel
     from ..plan.schedule import make_schedule
@@ -44,7 +44,8 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         config = replace(config, tiles=tiles, cost_model=model, split_k=split)
         program, splits = split_k(program, hw, config)
         program = packed(program, hw, config)
-        plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
+        plan = plan_kernels(program, attention=fuse_attention(Config(), hw),
+                            halos=use_halos(config, hw))
         records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
     else:
         hw = HwModel.load(hw_name)
@@ -53,7 +54,8 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         config = Config(tiles=tiles, cost_model=model, split_k=split, **cache_settings())
         program, splits = split_k(program, hw, config)
         program = packed(program, hw, config)
-        plan = plan_kernels(program, attention=fuse_attention(Config(), hw))
+        plan = plan_kernels(program, attention=fuse_attention(Config(), hw),
+                            halos=use_halos(config, hw))
     out = [f"hardware model: {hw.describe()}", ""]
     out += [s.describe() for s in splits] + ([""] if splits else [])
     logs = []
