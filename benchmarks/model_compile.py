@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def probe(path: str, cache_dir: str, device: str | None, profile: str | None,
-          workers: int | None = None, halos: bool = False) -> dict:
+          workers: int | None = None, halos: bool | None = None) -> dict:
     """In this (fresh) process: load + first run, timed; the caches are the environment's."""
     t0 = time.perf_counter()
     import numpy as np
@@ -99,10 +99,9 @@ def _env(folder: str) -> dict:
 
 
 def one(path: Path, folder: str, device: str | None, workers: int | None = None,
-        halos: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--probe", str(path), "--cache-dir", f"{folder}/tilec"]
-    if halos:
-        cmd.append("--with-halos")
+        halos: bool | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--probe", str(path), "--cache-dir", f"{folder}/tilec",
+           "--halos-as", str(halos).lower()]
     if device:
         cmd += ["--device", device]
     if workers is not None:
@@ -146,15 +145,18 @@ def main() -> int:
                     help="Config.build_workers (0: build in process; default: automatic)")
     ap.add_argument("--profile", metavar="FILE.prof",
                     help="profile one cold load of the first model (cProfile) and stop")
-    ap.add_argument("--halos", choices=("off", "on", "both"), default="off",
-                    help="Config.halos (both: each round compiles with and without, in turn)")
-    ap.add_argument("--with-halos", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--halos", choices=("default", "off", "on", "both"), default="default",
+                    help="Config.halos (default: the Config's, on for CPUs; both: each round "
+                    "compiles with and without, in turn)")
+    ap.add_argument("--halos-as", choices=("none", "true", "false"), default="none",
+                    help=argparse.SUPPRESS)
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
         print(json.dumps(probe(args.probe, args.cache_dir, args.device, args.profile,
-                               args.build_workers, args.with_halos)))
+                               args.build_workers,
+                               {"none": None, "true": True, "false": False}[args.halos_as])))
         return 0
     with tempfile.TemporaryDirectory(prefix="tilec-models-") as mdir:
         models = write_models(args.models, Path(mdir))
@@ -168,16 +170,17 @@ def main() -> int:
                 print(p.stdout, p.stderr[-2000:])
             return p.returncode
         rows = []
-        settings = {"off": (False,), "on": (True,), "both": (False, True)}[args.halos]
+        settings = {"default": (None,), "off": (False,), "on": (True,),
+                    "both": (False, True)}[args.halos]
         for name, path in models.items():
-            runs: dict[bool, tuple[list, list]] = {h: ([], []) for h in settings}
+            runs: dict[bool | None, tuple[list, list]] = {h: ([], []) for h in settings}
             for _ in range(args.rounds):
                 for h in settings:
                     with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
                         runs[h][0].append(one(path, d, args.device, args.build_workers, h))
                         runs[h][1].append(one(path, d, args.device, args.build_workers, h))
             for h in settings:
-                label = f"{name} (halos)" if h else name
+                label = {None: name, True: f"{name} (halos)", False: f"{name} (no halos)"}[h]
                 rows.append((label, *runs[h]))
     first = rows[0][1][0]
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
