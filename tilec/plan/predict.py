@@ -243,7 +243,7 @@ def _lanes(flat: FlatContraction, T: np.ndarray, hw: HwModel) -> tuple[int | Non
 def _register_tiles_fast(flat: FlatContraction, T: np.ndarray, hw: HwModel):
     """`_register_tiles` for every row at once, the threads split greedily: each doubling goes
     to the output index with the most points a thread left (the square-ish register tile
-    `schedule.split_threads` prefers), up to the thread budget."""
+    `out_threads.split_threads` prefers), up to the thread budget."""
     n = T.shape[0]
     outs = list(flat.out_indices)
     kv, lanes = _lanes(flat, T, hw)
