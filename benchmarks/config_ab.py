@@ -22,14 +22,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 _COLD = """
-import sys, time
+import ast, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 import numpy as np
 import tilec.onnx
 from tilec.config import Config
 config = Config(device=sys.argv[2] or None, cache_dir=Path(sys.argv[3]), use_tuning_records=False,
-                **{sys.argv[4]: eval(sys.argv[5])})
+                **{sys.argv[4]: ast.literal_eval(sys.argv[5])})
 t = time.perf_counter()
 exe = tilec.onnx.load(sys.argv[1], config=config, quiet=True)
 load = time.perf_counter() - t

@@ -59,6 +59,15 @@ class BufferSpec:
     nbytes: int
 
 
+
+def poisoned_halo(halo: Halo, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A bordered buffer's contents before a checked run: the border's value (`plan.halo`),
+    poison inside it."""
+    arr = np.full(shape, halo.fill, dtype=NP[dtype])
+    arr[tuple(slice(a, n - b) for a, b, n in zip(halo.lo, halo.hi, shape, strict=True))] = \
+        POISON[dtype]
+    return arr
+
 class Launcher:
     """Kernels in launch order over named device buffers.  Subclasses set the attributes
     below (through `_setup`) and implement `check`."""
@@ -134,10 +143,7 @@ class Launcher:
         if halo is None:
             self.runtime.fill(self._buffer(name), POISON[s.dtype], s.nbytes)
             return
-        arr = np.full(s.shape, halo.fill, dtype=NP[s.dtype])
-        arr[tuple(slice(a, n - b) for a, b, n in zip(halo.lo, halo.hi, s.shape,
-                                                     strict=True))] = POISON[s.dtype]
-        self.runtime.upload(self._buffer(name), arr)
+        self.runtime.upload(self._buffer(name), poisoned_halo(halo, s.shape, s.dtype))
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Upload inputs that stay the same between calls (weights) once; later calls may

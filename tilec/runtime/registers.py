@@ -18,7 +18,6 @@ say nothing, and the time model keeps its estimate there."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import threading
@@ -69,11 +68,9 @@ class RegisterCounts:
         self.built = 0  # programs built to count (tests, reports)
 
     def _key(self, text: str) -> str:
-        h = hashlib.sha256()
-        for part in (*self.runtime.info.key, *self.options, text):
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        from .. import memo
+
+        return memo.digest("registers", *self.runtime.info.key, *self.options, text)
 
     def _path(self, key: str) -> Path | None:
         return None if self.cache_dir is None else self.cache_dir / key[:2] / f"{key}.json"

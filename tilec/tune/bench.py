@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import DeviceError
 from ..plan.fuse import KernelPlan
 from ..runtime.device import Runtime, event_seconds
-from ..runtime.launch import NP, POISON, compare, itemsize
+from ..runtime.launch import NP, POISON, compare, itemsize, poisoned_halo
 
 Timer = Callable[["Candidate"], float]
 Progress = Callable[[int, int, str], None]
@@ -175,10 +175,7 @@ class Bench:
         if halo is None:
             self.runtime.fill(self.temps[name], POISON[t.dtype], self.sizes[name])
             return
-        arr = np.full(t.shape, halo.fill, dtype=NP[t.dtype])
-        arr[tuple(slice(a, n - b) for a, b, n in zip(halo.lo, halo.hi, t.shape,
-                                                     strict=True))] = POISON[t.dtype]
-        self.runtime.upload(self.temps[name], arr)
+        self.runtime.upload(self.temps[name], poisoned_halo(halo, t.shape, t.dtype))
 
     def source(self, name: str) -> KernelSource:
         return next(s for s in self.sources if s.name == name)
