@@ -164,17 +164,17 @@ def score_many(flat: FlatContraction, tiles: np.ndarray, hw: HwModel, post_ops: 
     sectors = np.zeros(n, np.int64)
     for t in flat.inputs:
         cols = [c for c in range(k) if t.strides[c] != 0]
+        # (With the L2's sectors known, the same sub-tiles' reads in sectors too: column 3.)
         got = _on_unique(T, cols, lambda sub, t=t, cols=cols: np.stack(
-            merge_stats(t, _spread(sub, cols, k), me), axis=1))
+            [*merge_stats(t, _spread(sub, cols, k), me)]
+            + ([merge_stats(t, _spread(sub, cols, k), ms)[0]] if ms else []), axis=1))
         loads.append(got[:, 0])
         if not gpu:
             continue
         once = split & (got[:, 2] >= tile_points) & (kv is None or t.strides[kv] in (0, 1))
         local += np.where(once, 0, got[:, 1])
         if ms:
-            lines = _on_unique(T, cols, lambda sub, t=t, cols=cols: merge_stats(
-                t, _spread(sub, cols, k), ms)[0])
-            sectors += np.where(once, 0, lines)
+            sectors += np.where(once, 0, got[:, 3])
         full = int(np.prod([flat.ranges[c] for c in cols])) if cols else 1
         reread += np.where(once, np.maximum(0, wg * il * got[:, 2] - full) * es, 0)
     mr = sum(loads, np.zeros(n, np.int64)) * hw.mem_width + post_inputs * mw_count * es
