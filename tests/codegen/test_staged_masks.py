@@ -110,16 +110,47 @@ def test_gpu_kernels_with_the_halo_zeroed_in_the_copy_against_numpy(src, shapes,
 
 
 def test_no_test_in_copies_that_decode_their_elements_every_tile():
-    """A depthwise convolution's tile: more copies a thread than are precomputed
+    """A depthwise convolution's tile whose channels are not whole vectors (an odd count,
+    copied an element at a time): more copies a thread than are precomputed
     (`PRECOMPUTED_COPIES`), so its padding stays at the multiply-adds."""
     from tilec.plan.staged_pad import PRECOMPUTED_COPIES
 
     src = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
       R[n, x, y, c : N, X, Y, C] = +(D[n, x+i-1, y+j-1, c] * K[i, j, c]);
     }"""
-    text = _text(src, {"D": (2, 32, 28, 128), "K": (3, 3, 128)},
-                 {"c": 32, "i": 3, "j": 3, "n": 1, "x": 16, "y": 7})
-    copies = re.search(r"threads: (\d+) per group", text)
-    assert copies and 32 * 18 * 9 > PRECOMPUTED_COPIES * int(copies.group(1))
+    text = _text(src, {"D": (2, 32, 28, 126), "K": (3, 3, 126)},
+                 {"c": 63, "i": 3, "j": 3, "n": 1, "x": 16, "y": 7})
+    threads = re.search(r"threads: (\d+) per group", text)
+    assert threads and 63 * 18 * 9 > PRECOMPUTED_COPIES * int(threads.group(1))
+    assert "__global const float4*)(b_D" not in text
     assert "sm0" not in text and "sc0_" not in text
     assert "<= 32)" in _inner(text)
+
+
+DEPTHWISE = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
+  R[n, x, y, c : N, X, Y, C] = +(D[n, x+i-1, y+j-1, c] * K[i, j, c]);
+}"""
+
+
+@pytest.mark.parametrize("src, shapes, tile", [
+    # the channels (the contiguous index) copied four at a time: the padding tests, on x and
+    # y, are the same for a vector's four lanes, and a vector lies inside D or outside it
+    (DEPTHWISE, {"D": (2, 13, 12, 64), "K": (3, 3, 64)},
+     {"c": 32, "i": 3, "j": 3, "n": 1, "x": 8, "y": 4}),
+    (DEPTHWISE, {"D": (2, 13, 12, 64), "K": (3, 3, 64)},
+     {"c": 16, "i": 3, "j": 3, "n": 2, "x": 4, "y": 4}),
+    (CONV, {"D": (2, 9, 11, 16), "K": (3, 3, 8, 16)},
+     {"ci": 8, "co": 8, "i": 3, "j": 1, "n": 2, "x": 4, "y": 4}),
+    (CONV, {"D": (2, 9, 11, 16), "K": (3, 3, 8, 16)},
+     {"ci": 4, "co": 8, "i": 1, "j": 3, "n": 1, "x": 4, "y": 8})])
+@pytest.mark.parametrize("forms", [True, False])
+def test_vector_copies_with_the_padding_applied_against_numpy(src, shapes, tile, forms):
+    """A padded tile copied in vectors: each vector's bounds and padding tested once, a
+    vector of zeros where they fail; every output checked against numpy (outputs poisoned),
+    at sizes the tiles do not divide (partial tiles past the ends)."""
+    exe = run_case(src, shapes, hw="nvidia-h100", seed=5, gpu_forms=forms,
+                   tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False)
+    (text,) = [s.text for s in exe.sources if s.kind == "contraction"]
+    assert "__global const float4*)(b_D" in text, text
+    assert "(float4)(0.0f)" in text
+    assert "sm0" in text or "sc0_0_" in text

@@ -11,8 +11,8 @@ from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.lang.reference import random_array
 from tilec.plan.fuse import ContractionKernel, plan_kernels, use_halos
-from tilec.plan.hw import HwModel
 from tilec.plan.halo import pad_reads
+from tilec.plan.hw import HwModel
 
 from ..device import needs_device
 from .test_placement import program, run_case

@@ -6,10 +6,13 @@ from . import clexpr
 from .kernel_text import buf
 
 
-def vector_copy(st, t, i: int, vw: int, local: str) -> str:
-    """Copy one aligned vector from global memory into the local buffer."""
+def vector_copy(st, t, i: int, vw: int, local: str, test: str = "") -> str:
+    """Copy one aligned vector from global memory into the local buffer; where `test` (the
+    vector's bounds and padding tests, the same for every lane) fails, a vector of zeros."""
     c = clexpr.COMPUTE[t.dtype]
     load = f"*((__global const {c}{vw}*)({buf(t.name)} + g))"
+    if test:
+        load = f"({test}) ? {load} : ({c}{vw})({clexpr.literal(0, t.dtype)})"
     ls0 = st.merged[0][2]
     if ls0 == 1 and all(m[2] % vw == 0 for m in st.merged[1:]) and st.local_base % vw == 0:
         return f"*((__local {c}{vw}*)(s_{i} + {local})) = {load};"

@@ -65,8 +65,7 @@ class Pipeline:
             for q in range(plan["per"]):
                 value = plan["load"](f"sb{i} + sg{i}_{q}")
                 if plan["mask"] is not None:  # padding applied here (`staged_masks`)
-                    zero = clexpr.literal(0, self.f.inputs[i].dtype)
-                    value = f"({plan['mask'](prefix, q)}) ? {value} : {zero}"
+                    value = f"({plan['mask'](prefix, q)}) ? {value} : {plan['zero']}"
                 line = f"f{i}_{q} = {value};"
                 if (q + 1) * self.con.sched.wg_threads > plan["units"]:
                     line = f"if (se{i}_{q} < {plan['units']}) {line}"
@@ -132,13 +131,18 @@ def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int,
                   for k in con.red_idx]
         return f"const int sb{i} = {_lin(terms, t.offset - zero)};"
 
+    fill = clexpr.literal(0, t.dtype)
+    if vw > 1:
+        fill = f"({c}{vw})({fill})"
+
     def load(g: str) -> str:
-        if vw > 1:
-            return f"*((__global const {c}{vw}*)({buf(t.name)} + {g}))"
-        value = clexpr.load(buf(t.name), g, t.dtype)
+        if vw > 1:  # a vector lies inside the tensor or outside it (`copy_width`)
+            value = f"*((__global const {c}{vw}*)({buf(t.name)} + {g}))"
+        else:
+            value = clexpr.load(buf(t.name), g, t.dtype)
         if safe:
             return value
-        return f"(({g}) >= 0 && ({g}) < {t.size}) ? {value} : {clexpr.literal(0, t.dtype)}"
+        return f"(({g}) >= 0 && ({g}) < {t.size}) ? {value} : {fill}"
 
     ls0 = st.merged[0][2] if st.merged else 1  # no merged index: a single element, copied alone
     aligned = ls0 == 1 and all(m[2] % vw == 0 for m in st.merged[1:]) and \
@@ -152,4 +156,4 @@ def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int,
         return " ".join(f"{into}[{at} + {j * ls0}] = {value}.s{j:x};" for j in range(vw))
 
     return {"base": base, "load": load, "store": store, "per": per, "units": units, "vw": vw,
-            "mask": mask}
+            "mask": mask, "zero": fill}

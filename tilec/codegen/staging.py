@@ -81,7 +81,9 @@ def staging(con) -> tuple[list[str], list[dict], list[str]]:
                 for j, (rng, gs, ls, _) in enumerate(st.merged):
                     r = rng // vw if j == 0 else rng
                     c = f"(({e} / {step}) % {r})" if step > 1 else f"({e} % {r})"
-                    coords.append(c)
+                    coords.append(c if r > 1 else "0")
+                    if r == 1:  # one vector wide: no term
+                        continue
                     if j == 0 and vw > 1:
                         c = f"{vw} * {c}"
                     g_terms.append((gs, c))
@@ -97,13 +99,14 @@ def staging(con) -> tuple[list[str], list[dict], list[str]]:
                 else:
                     pre += [f"const int sc{i}_{q}_{m} = {c};"
                             for m, c in sorted(mcoords.items())]
-                if vw > 1:
+                cond = f"((sm{i} >> {q}) & 1)" if once else condition(
+                    con, masks, lambda mi, i=i, q=q: f"sc{i}_{q}_{mi}",
+                    con.origin) if masks else ""
+                if vw > 1:  # the tests hold for the whole vector (`copy_width`)
+                    test = " && ".join(x for x in (cond, in_range) if x)
                     copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
-                        + vector_copy(st, t, i, vw, f"sl{i}_{q}") + " }"
+                        + vector_copy(st, t, i, vw, f"sl{i}_{q}", test) + " }"
                 else:
-                    cond = f"((sm{i} >> {q}) & 1)" if once else condition(
-                        con, masks, lambda mi, i=i, q=q: f"sc{i}_{q}_{mi}",
-                        con.origin) if masks else ""
                     copy = f"{{ const int g = sb{i} + sg{i}_{q}; " \
                         + store_for(cond).format(l=f"sl{i}_{q}") + " }"
                 if (q + 1) * T > units:

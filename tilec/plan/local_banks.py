@@ -43,11 +43,19 @@ def passes(words: np.ndarray) -> int:
     return int(counts.reshape(w.shape[0], BANKS).max(axis=1).sum())
 
 
-def copy_width(st: Staged, t, safe: bool, W: int, tile: tuple[int, ...]) -> int:
+def copy_width(st: Staged, t, safe: bool, W: int, tile: tuple[int, ...],
+               flat: FlatContraction | None = None) -> int:
     """Elements each copy instruction of the staging moves: a vector of W when the
     tensor's unit-stride run is a whole number of vectors and every vector the tile reads
-    starts on a multiple of W (then one aligned global load moves W elements), else 1."""
-    if W <= 1 or not safe or t.dtype not in ("float32", "int32") or not st.merged:
+    starts on a multiple of W (then one aligned global load moves W elements), else 1.
+    A tile that reaches past the tensor's ends (`copy_safe`) is copied in vectors too where
+    every lane of a vector passes or fails its tests together: the tensor a whole number of
+    vectors long (a vector lies inside it or outside it) and no constraint of `flat` on the
+    indices the vector's lanes walk (a padding test is the same for the whole vector)."""
+    if W <= 1 or t.dtype not in ("float32", "int32") or not st.merged:
+        return 1
+    if not safe and (flat is None or t.size % W or not st.parts or any(
+            c.coeffs[k] for c in flat.constraints for k, _ in st.parts[0])):
         return 1
     rng, gs, _, _ = st.merged[0]
     if gs != 1 or rng % W or any(z for *_, z in st.merged) or t.offset % W:
@@ -80,7 +88,8 @@ def staging_copy(s: Schedule, i: int) -> tuple[bool, int]:
     t = s.flat.inputs[i]
     safe = copy_safe(s.flat, s.tile, t)
     st = s.staged[i]
-    return safe, (copy_width(st, t, safe, s.vec, s.tile) if st is not None else 1)
+    return safe, (copy_width(st, t, safe, s.vec, s.tile, s.flat) if st is not None
+                   else 1)
 
 
 def _thread_coords(s: Schedule) -> dict[int, np.ndarray] | None:

@@ -34,9 +34,10 @@ def express(coeffs: tuple[int, ...], st, vw: int, threads: int
             ) -> tuple[tuple[tuple[int, int], ...], int] | None:
     """((merged index, lambda), ...) and sum(lambda * zero) for a constraint over staged
     input `st` (`schedule.Staged`), or None where it is not a function of the input's staged
-    coordinates, or the input is copied in vectors of `vw` (copies the kernel does not
-    mask), or by more than `PRECOMPUTED_COPIES` copies a thread of `threads`."""
-    if vw > 1 or not st.parts or copies(st, threads, vw) > PRECOMPUTED_COPIES:
+    coordinates, or it tests the index a vector copy of `vw` > 1 lanes walks (its lanes
+    would differ), or the input is copied by more than `PRECOMPUTED_COPIES` copies a thread
+    of `threads`."""
+    if not st.parts or copies(st, threads, vw) > PRECOMPUTED_COPIES:
         return None
     owner = {k for parts in st.parts for k, _ in parts}
     if any(c and k not in owner for k, c in enumerate(coeffs)):
@@ -46,6 +47,8 @@ def express(coeffs: tuple[int, ...], st, vw: int, threads: int
         k0, mult0 = parts[0]
         lam, rem = divmod(coeffs[k0], mult0)
         if rem or any(coeffs[k] != lam * mult for k, mult in parts):
+            return None
+        if lam and m == 0 and vw > 1:
             return None
         if lam:
             lams.append((m, lam))
