@@ -154,3 +154,28 @@ def test_vector_copies_with_the_padding_applied_against_numpy(src, shapes, tile,
     assert "__global const float4*)(b_D" in text, text
     assert "(float4)(0.0f)" in text
     assert "sm0" in text or "sc0_0_" in text
+
+
+def _unrolled(text: str, var: str) -> bool:
+    return bool(re.search(r"#pragma unroll\n\s*for \(int " + var + " ", text))
+
+
+@pytest.mark.parametrize("shape, spatial, pipelined", [
+    ((2, 34, 10, 64), {"n": 1, "x": 32, "y": 4}, False),
+    ((2, 20, 12, 64), {"n": 2, "x": 8, "y": 4}, True)])
+def test_gpu_channel_loops_unrolled_unless_pipelined(shape, spatial, pipelined):
+    """A GPU kernel's loop over its staged tile: 16 channels x 3 window rows unrolled (48
+    copies of the body, `GPU_UNROLL_COPIES`) where the loop is not pipelined; a pipelined one
+    keeps `UNROLL_COPIES` (the window rows rolled).  Both against numpy, outputs poisoned, at
+    sizes the tiles do not divide."""
+    from tilec.codegen.contraction import GPU_UNROLL_COPIES, UNROLL_COPIES
+
+    assert 16 * 3 <= GPU_UNROLL_COPIES and 16 * 3 > UNROLL_COPIES
+    tile = {"ci": 16, "co": 64, "i": 3, "j": 1, **spatial}
+    exe = run_case(CONV, {"D": shape, "K": (3, 3, 64, 64)}, hw="nvidia-h100", seed=3,
+                   tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False)
+    (text,) = [s.text for s in exe.sources if s.kind == "contraction"]
+    assert "vector: 4 lanes along co" in text
+    assert ("pipelined:" in text) == pipelined
+    assert _unrolled(text, "u_ci") and _unrolled(text, "u_j")
+    assert _unrolled(text, "u_i") != pipelined, text

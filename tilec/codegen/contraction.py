@@ -47,6 +47,12 @@ __all__ = ["KernelArg", "KernelSource", "arg_decl", "buf", "check_int_offsets",
 # Most copies of the innermost loop body that nested unrolled loops make (`loops`): past
 # this, code generation slows (seconds on PoCL) and the kernels do not run faster.
 UNROLL_COPIES = 16
+# A GPU kernel that is not pipelined copies its loop body up to this many times.  The seed
+# conv's N=1 224x224 tiles with ci=16 left their 16 channels rolled (48 copies): unrolled, both
+# mirrors ran 0.103 ms on the H200 where rolled they took 0.119 and 0.152 (NVIDIA's compiler
+# gave them 80 registers, 83 rolled).  A pipelined loop keeps UNROLL_COPIES: its N=32 tile with
+# i=3 unrolled too took 130 registers (128 rolled), one group an SM fewer, 3.38 ms for 3.03.
+GPU_UNROLL_COPIES = 64
 # Where the vector lanes are constrained (a padded pool's window columns) each point's edge
 # walks its lanes, and PoCL's time to generate the code grows faster than its length: copies
 # x points stays within this.  resnet18's 3x3 max pool on Zen 4 (PoCL 3.1): 28 float16
@@ -215,13 +221,15 @@ class _Contraction(Inputs, Outputs):
         # stem convolution fully unrolled (147 copies) took PoCL 5-9 s to generate and ran
         # half as fast as with its outer loop rolled.
         unrolled, copies = set(), 1
-        # A pipelined GPU loop (`pipeline`) may unroll 16 trips: its tile is in local memory,
-        # and the unrolled local reads are what the compiler schedules around the FMAs.
-        longest = 16 if self.pipe else 8
+        # A GPU loop over a tile in local memory may unroll 16 trips: the unrolled local reads
+        # are what the compiler schedules around the FMAs.  Past UNROLL_COPIES only where the
+        # loop is not pipelined (`GPU_UNROLL_COPIES`).
+        longest = 8 if self.cpu else 16
+        most = GPU_UNROLL_COPIES if not self.cpu and not self.pipe else UNROLL_COPIES
         points = len(self.points) if self.lanes_constrained else 0
         for k in reversed(order if not s.rolled else []):  # rolled: a tuned variant
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
-            if trips > longest or copies * trips > UNROLL_COPIES or \
+            if trips > longest or copies * trips > most or \
                     points * copies * trips > UNROLL_LANE_EDGE_POINTS:
                 # A window read through a border (`plan.halo`) has no edge code to fold:
                 # its loops outside a rolled one stay rolled (a third less code to generate
