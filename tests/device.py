@@ -18,5 +18,21 @@ def _have_device() -> bool:
     return True
 
 
+def _cpu_spec() -> str | None:
+    """The "platform: device" text of the first CPU device, where there is one."""
+    from tilec.runtime.device import all_devices, describe
+
+    try:
+        for d in all_devices():
+            if describe(d).kind == "cpu":
+                return describe(d).label
+    except DeviceError:
+        pass
+    return None
+
+
 HAVE_DEVICE = _have_device()
+# Where CPU-model kernels run (prefetch builtins, the calibration's vector forms, sweeps):
+# a CPU device also on a host whose default device is a GPU (None: the default device).
+CPU = _cpu_spec()
 needs_device = pytest.mark.skipif(not HAVE_DEVICE, reason="no usable OpenCL device")

@@ -16,7 +16,7 @@ from tilec.config import Config
 from tilec.plan.calibration import MULADD_FORMS
 from tilec.plan.hw import HwModel
 
-from ..device import needs_device
+from ..device import CPU, needs_device
 from ..kernel_cases import CASES
 from .test_attention import CAUSAL, program, shapes
 from .test_kernels import check_run
@@ -33,11 +33,17 @@ def test_muladd_text():
         muladd("a", "b", "c", "fmaa")
 
 
+def device(base: str | None) -> str | None:
+    """Where a model's kernels run: a CPU model's (prefetch builtins, the calibration's
+    vector forms) on a CPU device, a GPU model's on the default one (a GPU where there is)."""
+    return CPU if base is None else None
+
+
 def model(base: str | None, form: str) -> HwModel:
     from tilec.runtime.device import Runtime, hw_model_for
 
-    runtime = Runtime.get(None)
-    hw = hw_model_for(base, Config(calibrate=False), runtime)
+    runtime = Runtime.get(device(base))
+    hw = hw_model_for(base, Config(device=device(base), calibrate=False), runtime)
     return dataclasses.replace(hw, muladd=form)
 
 
@@ -47,7 +53,7 @@ def model(base: str | None, form: str) -> HwModel:
 @pytest.mark.parametrize("name", ["matmul_odd", "conv_same_relu", "depthwise"])
 def test_contraction_with_each_form(form, base, name):
     src, shp = CASES[name]
-    exe = tilec.compile(src, shp, hw=model(base, form))
+    exe = tilec.compile(src, shp, hw=model(base, form), device=device(base))
     # Products only: a relaid filter's copy (`K_t`, `plan.pack`) multiplies nothing.
     body = [s.text for s in exe.sources if s.kind == "contraction" and
             not s.name.endswith("_t")]
@@ -65,7 +71,8 @@ def test_attention_with_each_form(form, base):
     src = program(CAUSAL)
     rng = np.random.default_rng(5)
     arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in shp.items()}
-    exe = tilec.compile(src, shp, hw=model(base, form), config=Config(attention_fusion=True))
+    exe = tilec.compile(src, shp, hw=model(base, form),
+                        config=Config(device=device(base), attention_fusion=True))
     assert [s.kind for s in exe.sources] == ["attention"]
     assert SPELLED[form] in exe.sources[0].text
     got = exe.run(arrays, poison=True)["O"]
@@ -97,10 +104,10 @@ def test_contraction_with_each_vector_access(access, name):
     from tilec.runtime.device import Runtime
 
     base = model(None, "mul_add")
-    wide = min(16, Runtime.get(None).vector_limit or 16)
+    wide = min(16, Runtime.get(CPU).vector_limit or 16)
     hw = dataclasses.replace(base, vec_size=wide, vector_access=access)
     src, shp = ROW_CASES[name] if name in ROW_CASES else CASES[name]
-    exe = tilec.compile(src, shp, hw=hw)
+    exe = tilec.compile(src, shp, hw=hw, device=CPU)
     body = "\n".join(s.text for s in exe.sources if s.kind in ("contraction", "row"))
     pointer = "*((__global"
     if access == "plain":

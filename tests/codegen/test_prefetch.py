@@ -15,7 +15,7 @@ from tilec.config import Config
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 
-from ..device import needs_device
+from ..device import CPU, needs_device
 from .test_kernels import check_run
 from .test_sweep import CASES as SWEPT
 
@@ -117,7 +117,8 @@ def test_prefetching_kernel_against_numpy_and_without(name):
     src, shapes, tile, _ = CASES[name]
     from tilec.compiler import compile as tile_compile
 
-    cfg = Config(tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False)
+    cfg = Config(device=CPU, tiles={"*": tile}, use_disk_cache=False,
+                 use_tuning_records=False)
     fetching = tile_compile(src, shapes, hw=_hw(40 * 1024), config=cfg)
     plain = tile_compile(src, shapes, hw=_hw(), config=cfg)
     assert "TILEC_PREFETCH(pf + " in fetching.source

@@ -16,7 +16,7 @@ from tilec.config import Config
 from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 
-from ..device import needs_device
+from ..device import CPU, needs_device
 from .test_kernels import run_case
 
 CONV = """function (I[N, CI, H, W], F[CO, CI, KH, KW], B[CO, U, V]) -> (R) {
@@ -85,7 +85,7 @@ def test_sweep_leaves_work_groups_for_every_core():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_sweep_computes_what_the_unswept_kernel_does(name, monkeypatch):
     src, shapes, tile, _ = CASES[name]
-    cfg = dict(hw="pocl-cpu", tiles={"*": tile}, use_disk_cache=False,
+    cfg = dict(device=CPU, hw="pocl-cpu", tiles={"*": tile}, use_disk_cache=False,
                use_tuning_records=False)
     swept = run_case(src, shapes, **cfg)  # against numpy, outputs poisoned
     assert "sweep:" in swept.source
@@ -188,6 +188,6 @@ def test_a_sweep_capped_by_l2_computes_the_product():
 
     path = Path(tempfile.mkdtemp()) / "small-l2.toml"
     path.write_text(hw.to_toml())
-    exe = run_case(src, shapes, hw=str(path), tiles={"*": tile}, use_disk_cache=False,
-                   use_tuning_records=False)
+    exe = run_case(src, shapes, device=CPU, hw=str(path), tiles={"*": tile},
+                   use_disk_cache=False, use_tuning_records=False)
     assert "sweep: 4 register tiles along m" in exe.source
