@@ -179,3 +179,13 @@ def test_gpu_channel_loops_unrolled_unless_pipelined(shape, spatial, pipelined):
     assert ("pipelined:" in text) == pipelined
     assert _unrolled(text, "u_ci") and _unrolled(text, "u_j")
     assert _unrolled(text, "u_i") != pipelined, text
+
+
+def test_integer_vector_copies_with_the_padding_against_numpy():
+    """int32 tiles copy as int4 with a vector of integer zeros past the padding."""
+    tile = {"c": 16, "i": 3, "j": 3, "n": 1, "x": 4, "y": 4}
+    exe = run_case(DEPTHWISE, {"D": (2, 13, 12, 64), "K": (3, 3, 64)}, dtype="int32",
+                   hw="nvidia-h100", seed=5, tiles={"*": tile}, use_disk_cache=False,
+                   use_tuning_records=False)
+    (text,) = [s.text for s in exe.sources if s.kind == "contraction"]
+    assert "__global const int4*)(b_D" in text and "(int4)(0)" in text
