@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..plan.gpu_form import RUN
 from . import clexpr
+from .copy import global_vector, zeros
 from .kernel_text import _lin, buf
 
 
@@ -131,13 +132,11 @@ def copy_plan(con, st, safe: bool, vw: int, per: int, units: int, zero: int,
                   for k in con.red_idx]
         return f"const int sb{i} = {_lin(terms, t.offset - zero)};"
 
-    fill = clexpr.literal(0, t.dtype)
-    if vw > 1:
-        fill = f"({c}{vw})({fill})"
+    fill = zeros(t, vw)
 
     def load(g: str) -> str:
         if vw > 1:  # a vector lies inside the tensor or outside it (`copy_width`)
-            value = f"*((__global const {c}{vw}*)({buf(t.name)} + {g}))"
+            value = global_vector(t, g, vw)
         else:
             value = clexpr.load(buf(t.name), g, t.dtype)
         if safe:

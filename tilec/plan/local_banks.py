@@ -44,7 +44,7 @@ def passes(words: np.ndarray) -> int:
 
 
 def copy_width(st: Staged, t, safe: bool, W: int, tile: tuple[int, ...],
-               flat: FlatContraction | None = None) -> int:
+               flat: FlatContraction) -> int:
     """Elements each copy instruction of the staging moves: a vector of W when the
     tensor's unit-stride run is a whole number of vectors and every vector the tile reads
     starts on a multiple of W (then one aligned global load moves W elements), else 1.
@@ -54,7 +54,7 @@ def copy_width(st: Staged, t, safe: bool, W: int, tile: tuple[int, ...],
     indices the vector's lanes walk (a padding test is the same for the whole vector)."""
     if W <= 1 or t.dtype not in ("float32", "int32") or not st.merged:
         return 1
-    if not safe and (flat is None or t.size % W or not st.parts or any(
+    if not safe and (t.size % W or not st.parts or any(
             c.coeffs[k] for c in flat.constraints for k, _ in st.parts[0])):
         return 1
     rng, gs, _, _ = st.merged[0]
