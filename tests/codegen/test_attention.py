@@ -227,7 +227,8 @@ def test_onnx_matmul_softmax_matmul(hw):
     graph = helper.make_graph(nodes, "att", io[:3], io[3:], initializer=[
         numpy_helper.from_array(np.array(4.0, np.float32), "sc"),
         numpy_helper.from_array(mask, "mask")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)
     exe = tilec.onnx.load(model, hw=hw, config=FUSED)
     assert "attention" in [k.kind for k in exe.kernels]
     arrays = {n: RNG.standard_normal((b, h, t, d)).astype(np.float32) for n in "qkv"}

@@ -4,19 +4,22 @@ outputs poisoned and is compared with numpy on random inputs."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 import tilec
+from tilec.codegen.generate import generate
 from tilec.config import Config
 from tilec.plan.fuse import ContractionKernel, plan_kernels
 from tilec.plan.hw import HwModel
 from tilec.plan.schedule import make_schedule
 
-from ..device import needs_device
+from ..device import CPU, needs_device
 from ..kernel_cases import CASES
-from .test_kernels import run_case
+from .test_kernels import check_run, run_case
 
 SOFTMAX = (Path(__file__).resolve().parents[2] / "examples" / "softmax.tile").read_text()
 
@@ -156,6 +159,51 @@ def test_split_with_local_staging(name):
     exe = run_case(src, shapes, hw="nvidia-h100", split_reduction=True, seed=7,
                    cost_model="plaidml")
     assert split_kernels(exe) == 1 and "/* stage" in exe.source
+
+
+# PoCL's work-group vectorizer (3.0 and 5.0) miscomputed a GPU-model split kernel whose ranks
+# started their loop at their own point (`for (u_i = h_i; ...)`) with another loop inside:
+# every rank runs the same trips now and skips the points past the tile (`Split.loop`).
+RANKED = ["depthwise", "maxpool_padded", "matmul_thin", "avgpool_padded"]
+
+
+def _ranked(name: str):
+    return CASES[name] if name in CASES else SPLIT_CASES[name]
+
+
+@needs_device
+@pytest.mark.parametrize("unroll", [True, False])
+@pytest.mark.parametrize("hw", MODELS)
+@pytest.mark.parametrize("name", RANKED)
+def test_split_kernels_on_a_cpu_device(name, hw, unroll):
+    """Split kernels built for a CPU device, as generated and with every `#pragma unroll`
+    taken out (what a driver unrolls is its choice), against numpy."""
+    src, shapes = _ranked(name)
+    exe = tilec.compile(src, shapes, hw=hw, device=CPU,
+                        config=Config(device=CPU, split_reduction=True, use_disk_cache=False))
+    assert split_kernels(exe) >= 1
+    if not unroll:
+        sources = [dataclasses.replace(s, text=s.text.replace("#pragma unroll\n", ""))
+                   for s in exe.sources]
+        assert all("#pragma unroll" not in s.text for s in sources)
+        exe = type(exe)(exe.program, exe.plan, sources, exe.runtime, exe.hw, exe.config)
+    check_run(exe, seed=11)
+
+
+@pytest.mark.parametrize("name", RANKED)
+def test_every_rank_runs_the_same_trips(name):
+    """The split index's loop starts at 0 and ends at a constant in every rank."""
+    src, shapes = _ranked(name)
+    plan = plan_kernels(tilec.check_program(src, shapes))
+    (sources, _) = generate(
+        plan, HwModel.load("nvidia-h100"), Config(split_reduction=True, use_disk_cache=False))
+    split = [s for s in sources if "split reduction:" in s.text]
+    assert split
+    for s in split:
+        rank = re.search(r"threads along (\w+) per output thread", s.text).group(1)
+        head = re.search(rf"for \(int v_{rank} = (\w+); v_{rank} < (\w+);", s.text)
+        assert head and head.groups()[0] == "0" and head.groups()[1].isdigit(), s.text
+        assert re.search(rf"const int u_{rank} = v_{rank} \+ h_{rank}", s.text), s.text
 
 
 def test_inputs_read_once_are_not_staged_when_split():

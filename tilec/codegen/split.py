@@ -49,12 +49,19 @@ class Split:
         return f"const int {self.rank} = thr % {self.n}; thr /= {self.n};"
 
     def loop(self, loop: dict) -> dict:
-        """The split index's inner loop: this rank's points of the tile."""
-        step = loop["step"]
-        start = f"{self.rank} * {step}" if step > 1 else self.rank
-        # No `#pragma unroll`: the trip count depends on the rank, and LLVM warns that it
-        # could not unroll such a loop.
-        return dict(loop, start=start, step=step * self.n, unroll=False)
+        """The split index's inner loop: this rank's points of the tile.  Every rank runs the
+        same trips (`v_<index>` from 0) and skips a point past the tile's end: PoCL's
+        work-group vectorizer (3.0 and 5.0) miscomputes a loop whose start depends on the
+        work-item when it holds another loop, and a uniform trip count is what a GPU compiler
+        unrolls as well."""
+        step, end, var = loop["step"], loop["end"], loop["var"]
+        wide = step * self.n
+        rank = f"{self.rank} * {step}" if step > 1 else self.rank
+        trip = "v" + var[1:]
+        lead = [f"const int {var} = {trip} + {rank};"]
+        if end % wide:
+            lead.append(f"if ({var} >= {end}) continue;")
+        return dict(loop, var=trip, step=wide, unroll=False, lead=lead)
 
     def buffers(self) -> list[str]:
         elems = self.wg * len(self.c.points)
