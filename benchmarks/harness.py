@@ -76,6 +76,7 @@ class Result:
     tilec_runs: int = 0  # timed runs behind the median
     neighbours: float | None = None  # other processes' share of the CPUs meanwhile
     attempts: int = 1  # measurements taken, the quietest kept
+    rounds: int = 1  # tilec and in-process peers timed in turn this many times (`alternate`)
     tile: str = ""
     error: str = ""  # why tilec has no figure
     # peer name -> {"s": seconds or None, "note": why not, ...}
@@ -88,7 +89,7 @@ class Result:
                 "tilec_s": self.tilec_s, "tilec_wall_s": self.tilec_wall_s,
                 "tilec_compile_s": self.tilec_compile_s, "tilec_runs": self.tilec_runs,
                 "tile": self.tile, "neighbours": self.neighbours,
-                "attempts": self.attempts,
+                "attempts": self.attempts, "rounds": self.rounds,
                 "error": self.error, "peers": self.peers}
 
 
@@ -119,19 +120,24 @@ def measure_tilec(case: Case, config: Config, repeat: int, budget: float):
         return res, None, None, None
     exe.run(arrays)  # warm-up
     n = repeats_for(sum(exe.last_timings.values()), repeat, budget)
-    # Wall time a run: (n runs - 1 run) / (n - 1) cancels the upload and download that every
-    # exe.run call does once, leaving launch, kernel and wait.
+    res.tilec_s, res.tilec_wall_s = tilec_times(exe, arrays, n)
+    res.tilec_runs = n
+    return res, arrays, ref[case.output], exe
+
+
+def tilec_times(exe, arrays: dict, n: int) -> tuple[float, float | None]:
+    """The kernels' median event time over `n` runs, and the wall time a run: (n runs - 1
+    run) / (n - 1) cancels the upload and download that every exe.run call does once,
+    leaving launch, kernel and wait (None for one run)."""
     t = time.perf_counter()
     exe.run(arrays, repeat=1)
     one = time.perf_counter() - t
     t = time.perf_counter()
     exe.run(arrays, repeat=n)
     many = time.perf_counter() - t
-    res.tilec_s = sum(exe.last_timings.values())
-    res.tilec_runs = n
+    event = sum(exe.last_timings.values())
     # The difference is noisy: where it comes out below the kernels' own time, report that.
-    res.tilec_wall_s = max((many - one) / (n - 1), res.tilec_s) if n > 1 else None
-    return res, arrays, ref[case.output], exe
+    return event, (max((many - one) / (n - 1), event) if n > 1 else None)
 
 
 def check_peer(ref: np.ndarray, got: np.ndarray, exe, name: str) -> str:
@@ -145,8 +151,10 @@ def check_peer(ref: np.ndarray, got: np.ndarray, exe, name: str) -> str:
 
 def run_peer(build, case: Case, arrays: dict, ref: np.ndarray, exe, repeat: int,
              budget: float, sync: Callable[[], None] = lambda: None,
-             timer=None) -> dict | None:
-    """Time an in-process peer (`suite.*_peer`); None when it has no version of this op."""
+             timer=None, keep: dict | None = None) -> dict | None:
+    """Time an in-process peer (`suite.*_peer`); None when it has no version of this op.
+    `keep` (a dict) receives the peer's call under "fn" when it ran and matched, for more
+    rounds (`alternate`)."""
     try:
         built = build(case, arrays)
         if built is None:
@@ -159,7 +167,38 @@ def run_peer(build, case: Case, arrays: dict, ref: np.ndarray, exe, repeat: int,
         bad = check_peer(ref, back(out), exe, case.output)
     except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
         return {"s": None, "note": f"{type(e).__name__}: {e}"[:200]}
+    if not bad and keep is not None:
+        keep["fn"] = fn
     return {"s": None, "note": bad} if bad else {"s": secs}
+
+
+# A pause before each timing of a round: onnxruntime's worker threads spin for a while after a
+# call, and would take the cores from whatever runs next.
+SETTLE_S = 0.2
+
+
+def alternate(res: Result, exe, arrays: dict, peers: dict[str, Callable[[], object]],
+              rounds: int, repeat: int, budget: float) -> None:
+    """`rounds - 1` more rounds of tilec and each in-process peer in turn, and each figure
+    the median over all its rounds: a machine's slow and fast phases (seconds long on shared
+    VMs) then fall on tilec and its peers alike, instead of on whichever ran during one."""
+    if rounds <= 1 or res.tilec_s is None:
+        return
+    mine, walls = [res.tilec_s], [res.tilec_wall_s]
+    theirs = {name: [res.peers[name]["s"]] for name in peers}
+    for _ in range(rounds - 1):
+        time.sleep(SETTLE_S)
+        event, wall = tilec_times(exe, arrays, res.tilec_runs)
+        mine.append(event)
+        walls.append(wall)
+        for name, fn in peers.items():
+            time.sleep(SETTLE_S)
+            theirs[name].append(median_wall(fn, repeat, budget)[0])
+    res.tilec_s = statistics.median(mine)
+    res.tilec_wall_s = statistics.median(walls) if None not in walls else None
+    res.rounds = rounds
+    for name, times in theirs.items():
+        res.peers[name]["s"] = statistics.median(times)
 
 
 def write_data(folder: Path, arrays: dict, ref: np.ndarray, source: str) -> None:

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--suite cpu] [--repeat N] [--budget S] [--only KERNELS]
                              [--skip KERNELS] [--plaidml-skip KERNELS]
-                             [--plaidml-python PATH] [--device SUBSTRING]
+                             [--plaidml-python PATH] [--device SUBSTRING] [--rounds R]
 
 The CPU suite (benchmarks/suite.py): fp32 matmul 256..4096 and 4096x4096x1024, the seed's
 conv 3x3 + ReLU at N=1 56x56 and 224x224 (64->64), a depthwise 3x3, 2x2 max pooling and a
@@ -17,7 +17,9 @@ would take more than --budget seconds, never fewer than 3 unless one run alone i
 inputs are random and every result, tilec's and each peer's, is checked against the numpy
 reference before its time counts.  The machine is shared: the script reads from /proc/stat how
 much of the CPUs other processes took while a kernel was measured (the "others' CPU" column)
-and measures that kernel again, once they are quiet, when it was more than --quiet.
+and measures that kernel again, once they are quiet, when it was more than --quiet.  With
+--rounds R, tilec and the in-process peers are timed in turn R times and each figure is the
+median over the rounds: a VM's slow and fast phases then fall on all of them alike.
 tilec's time is the kernels' OpenCL event time (the model's first-choice tile, no tuning
 records); its wall time per run (launch + wait) is shown beside it.  Peers' times are wall
 times of the call (numpy, onnxruntime) or of the invocation and wait (PlaidML).
@@ -128,10 +130,16 @@ def measure_case(case, args, config, pl_env, plaidml_python, pl_skip: bool,
     if arrays is None:
         print(f"  tilec: {res.error}", file=sys.stderr)
         return res
+    again = {}
     for name, build in (("numpy", suite.numpy_peer), ("onnxruntime", suite.onnxruntime_peer)):
-        entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget)
+        keep: dict = {}
+        entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget,
+                                 keep=keep)
         if entry is not None:
             res.peers[name] = entry
+        if "fn" in keep:
+            again[name] = keep["fn"]
+    harness.alternate(res, exe, arrays, again, args.rounds, args.repeat, args.budget)
     with tempfile.TemporaryDirectory(prefix="tilec-bench-") as d:
         data = Path(d)
         harness.write_data(data, arrays, ref, case.source)
@@ -222,6 +230,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=20, help="most timed runs a measurement")
     ap.add_argument("--budget", type=float, default=15.0,
                     help="seconds one measurement's repeats may take (fewer repeats past it)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time tilec and the in-process peers (numpy, onnxruntime) in turn "
+                    "this many times; each figure is the median over the rounds")
     ap.add_argument("--device", help="OpenCL device substring (default: tilec's choice)")
     ap.add_argument("--only", help="comma-separated substrings of kernel names to run")
     ap.add_argument("--skip", help="kernels to leave out (names or substrings, as --only)")
