@@ -161,8 +161,8 @@ def test_split_with_local_staging(name):
     assert split_kernels(exe) == 1 and "/* stage" in exe.source
 
 
-# PoCL's work-group vectorizer (3.0 and 5.0) miscomputed a GPU-model split kernel whose ranks
-# started their loop at their own point (`for (u_i = h_i; ...)`) with another loop inside:
+# PoCL 3.0's work-group vectorizer miscomputed a GPU-model split kernel whose ranks started
+# their loop at their own point (`for (u_i = h_i; ...)`) with another, rolled loop inside:
 # every rank runs the same trips now and skips the points past the tile (`Split.loop`).
 RANKED = ["depthwise", "maxpool_padded", "matmul_thin", "avgpool_padded"]
 

@@ -50,10 +50,10 @@ class Split:
 
     def loop(self, loop: dict) -> dict:
         """The split index's inner loop: this rank's points of the tile.  Every rank runs the
-        same trips (`v_<index>` from 0) and skips a point past the tile's end: PoCL's
-        work-group vectorizer (3.0 and 5.0) miscomputes a loop whose start depends on the
-        work-item when it holds another loop, and a uniform trip count is what a GPU compiler
-        unrolls as well."""
+        same trips (`v_<index>` from 0) and skips a point past the tile's end: PoCL 3.0's
+        work-group vectorizer miscomputed a loop whose start depends on the work-item when it
+        holds another loop (a depthwise kernel whose inner loop the driver left rolled), and
+        a GPU compiler can unroll a loop whose trip count is a constant."""
         step, end, var = loop["step"], loop["end"], loop["var"]
         wide = step * self.n
         rank = f"{self.rank} * {step}" if step > 1 else self.rank
