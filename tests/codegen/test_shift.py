@@ -26,6 +26,13 @@ CONV_S2 = """function (I[N, CI, H, W], F[CO, CI, KH, KW], B[CO, U, V]) -> (R) {
   O[n, co, x0, x1 : N, CO, OH, OW] = +(I[n, ci, 2*x0 + k0, 2*x1 + k1] * F[co, ci, k0, k1]);
   R = relu(O + B);
 }"""
+SAME_NHWC = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+  R = (O > 0 ? O : 0);
+}"""
+MATMUL = """function (A[M, K], B[K, N]) -> (C) {
+  C[m, n : M, N] = +(A[m, k] * B[k, n]);
+}"""
 POINTWISE = """function (D[N, CI, X, Y], W[CO, CI]) -> (O) {
   O[n, co, x, y : N, CO, X, Y] = +(D[n, ci, x, y] * W[co, ci]);
 }"""
@@ -88,6 +95,13 @@ RUNS = {
     "conv_s2_channels": (*_conv(11, 21, ci=5, co=6), {"x0": 2, "x1": 8, "co": 4, "ci": 2}),
     # 13 x 13 pixels merged into 169: vectors along them, the last tile moved back.
     "pointwise_odd_pixels": (POINTWISE, {"D": (1, 8, 13, 13), "W": (6, 8)}, {}),
+    # The register-tile sides of CPU searches (`search.CPU_SIDES`) on ranges they do not
+    # divide: 3 and 5 points of a padded 11 x 13 image, 6 rows of a 20-row product.
+    "same_conv_register_sides": (SAME_NHWC, {"D": (1, 11, 13, 16), "K": (3, 3, 16, 16)},
+                                 {"x": 5, "y": 3, "co": 16, "ci": 8}),
+    "same_conv_six_points": (SAME_NHWC, {"D": (1, 11, 13, 16), "K": (3, 3, 16, 16)},
+                             {"x": 1, "y": 6, "co": 16, "ci": 16, "j": 1}),
+    "matmul_six_rows": (MATMUL, {"A": (20, 24), "B": (24, 32)}, {"m": 6, "n": 16, "k": 8}),
 }
 
 
