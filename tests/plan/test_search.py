@@ -15,8 +15,8 @@ from tilec.errors import TileError
 from tilec.plan.cost import Cost, score
 from tilec.plan.flat import FlatContraction, FlatTensor
 from tilec.plan.hw import HwModel
-from tilec.plan.search import CPU_SIDES, candidates, cpu_candidates, score_tile, search, write_log
-from tilec.plan.space import count
+from tilec.plan.search import candidates, score_tile, search, write_log
+from tilec.plan.space import CPU_SIDE_ACC, CPU_SIDES, count, cpu_candidates
 
 from ..flats import matmul_flat, seed_flat
 
@@ -64,12 +64,39 @@ def test_cpu_search_takes_register_sides_that_do_not_divide_the_range() -> None:
                                                         candidates(r) for r, s in zip(
                                                             conv.ranges, conv.output.strides,
                                                             strict=True)])
+    # A short sum (a 1x1 convolution over 16 channels) keeps its candidates.
+    short = tilec.check_program(src.replace("x+i-1, y+j-1", "x+i, y+j"),
+                                {"D": (1, 56, 56, 16), "K": (1, 1, 64, 16)}, "float32")
+    flat = plan_kernels(short).kernels[0].flat
+    plan = search(flat, avx2)
+    assert plan.candidates_scored + plan.pruned == count(map(candidates, flat.ranges))
     pool = tilec.check_program(
         "function (X[N, H, W, C]) -> (P) { P[n, x, y, c : N, 28, 28, C] = "
         ">(X[n, 2*x + i, 2*y + j, c]), i < 2, j < 2; }", {"X": (1, 56, 56, 64)}, "float32")
     flat = plan_kernels(pool).kernels[0].flat
     plan = search(flat, avx2)
     assert plan.candidates_scored + plan.pruned == count(map(candidates, flat.ranges))
+
+
+def test_register_sides_hold_at_most_16_accumulators() -> None:
+    """A 16-core AVX-512 Xeon's calibrated facts (PoCL 5.0): the 2048 matmul's best tile by
+    predicted time would be 6 rows by 4 vectors (24 accumulators), which ran 10% slower there
+    than 4 by 4 (`space.CPU_SIDES`)."""
+    import dataclasses
+
+    xeon = dataclasses.replace(
+        CPU, vec_size=16, registers=32, max_regs=2048, goal_groups=64, compute_units=16,
+        clock_mhz=2596, peak_gflops=1352.0, bandwidth_gbs=98.0, l1_bytes=49152,
+        l2_bytes=2 << 20, muladd_vec=16, l1_gbs=1700.0, l2_gbs=750.0, launch_us=30.0,
+        group_us=0.009, read_gbs=((64.0, 368.0), (128.0, 334.0), (256.0, 182.0),
+                                  (512.0, 98.0)))
+    plan = search(matmul_flat(2048, 2048, 2048), xeon, top_k=16)
+    assert plan.ranked_by_time
+    for tile, c in plan.top:
+        acc = c.or_ // (4 * xeon.vec_size)
+        assert acc <= CPU_SIDE_ACC or all(map(lambda t, r: t in candidates(r), tile,
+                                              (2048,) * 3)), (tile, acc)
+    assert plan.tile[1] in (4, 8), plan.tile
 
 
 def test_seed_search() -> None:

@@ -40,7 +40,14 @@ from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
-from .space import count, ranked_tiles
+from .space import (
+    CPU_SIDE_SUM,
+    candidates,
+    count,
+    cpu_candidates,
+    pow2_candidates,
+    ranked_tiles,
+)
 from .trust import staged_fits, time_ranks
 
 __all__ = ["TiledPlan", "candidates", "forget", "json_lines", "log_text", "score_tile", "search",
@@ -107,44 +114,6 @@ class TiledPlan:
                 f"{self.pruned} pruned)" + ("; read from the search cache" if self.cached else ""))
 
 
-def candidates(r: int) -> list[int]:
-    """Powers of two up to r, the divisors of r, and r."""
-    out = {r}
-    p = 1
-    while p <= r:
-        out.add(p)
-        p *= 2
-    d = 1
-    while d * d <= r:
-        if r % d == 0:
-            out.add(d)
-            out.add(r // d)
-        d += 1
-    return sorted(out)
-
-
-# Register-tile sides besides the powers of two and divisors, for a CPU's output indices: the
-# register files of 16 and 32 vectors fit tiles of 3, 6 or 12 points by 4, 2 or 1 vectors (and
-# 5 x 4 ...), the shapes BLAS kernels use (6x16 on AVX2), whether or not they divide the range
-# (the last tile is shifted back).  The seed conv at N=1 56x56 on a Zen 3: ci=64 co=32 y=3 (4
-# vectors by 3 points) 1.68 ms against the best tile of powers of two, 2.06 ms.
-CPU_SIDES = (3, 5, 6, 12)
-
-
-def cpu_candidates(r: int) -> list[int]:
-    """`candidates(r)` and the register-tile sides `CPU_SIDES` below r."""
-    return sorted(set(candidates(r)) | {s for s in CPU_SIDES if s < r})
-
-
-def pow2_candidates(r: int) -> list[int]:
-    out = {r}
-    p = 1
-    while p <= r:
-        out.add(p)
-        p *= 2
-    return sorted(out)
-
-
 def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "float32",
            top_k: int = 8, log: str | os.PathLike[str] | IO[str] | None = None, *,
            post_inputs: int = 0, limit: int = LIMIT, cache: Path | None = None,
@@ -179,10 +148,9 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
             return plan
     es = hw.elem_size(dtype)
     cands = [candidates(r) for r in flat.ranges]
-    if hw.kind == "cpu" and flat.reduce_indices and len(flat.inputs) > 1:
+    if hw.kind == "cpu" and len(flat.inputs) > 1 and _sum_length(flat) >= CPU_SIDE_SUM:
         # One work-item a tile: the output sides of a sum of products are its register
-        # tile's sides (a pool's window max has no multiply-adds to keep in flight: its 3-wide
-        # tiles ran slower than the 2-wide ones in resnet18 and squeezenet on the Zen 3).
+        # tile's sides (`space.CPU_SIDES` says where they pay).
         for k in flat.out_indices:
             cands[k] = cpu_candidates(flat.ranges[k])
     strategy = "exhaustive"
@@ -226,6 +194,13 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if log is not None:
         write_log(plan, log)
     return plan
+
+
+def _sum_length(flat: FlatContraction) -> int:
+    n = 1
+    for k in flat.reduce_indices:
+        n *= flat.ranges[k]
+    return n
 
 
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,

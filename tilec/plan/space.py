@@ -16,6 +16,53 @@ import numpy as np
 from .cost import score_many
 from .predict import predict_many
 
+
+def candidates(r: int) -> list[int]:
+    """Powers of two up to r, the divisors of r, and r."""
+    out = {r}
+    p = 1
+    while p <= r:
+        out.add(p)
+        p *= 2
+    d = 1
+    while d * d <= r:
+        if r % d == 0:
+            out.add(d)
+            out.add(r // d)
+        d += 1
+    return sorted(out)
+
+
+# Register-tile sides besides the powers of two and divisors, for the output indices of a CPU
+# sum of products: 16 vector registers fit 12 accumulators as 3, 6 or 12 points by 4, 2 or 1
+# vectors (BLAS's 6x16 on AVX2) where powers of two stop at 8, whether or not the side divides
+# the range (the last tile moves back, `Schedule.shift`).  Measured on a Zen 3 (PyPI PoCL 3.0):
+# the seed conv at N=1 56x56, 4 vectors by 3 points 1.60-1.84 ms against 2.05 for the best tile
+# of powers of two; resnet18's 3x3 layers 10-17% faster.  Where they do not pay:
+# * a short sum (CPU_SIDE_SUM): squeezenet's 1x1 layers over 16-64 channels ran 5-15% slower
+#   with 12 accumulators than with 8 or 10 (stores and addresses decide there, not the FMAs);
+# * more than CPU_SIDE_ACC accumulator vectors: on a 16-core Xeon (AVX-512, Debian PoCL 5.0)
+#   24 (6 points by 4 vectors) ran 10-16% slower than 16 (resnet18's 7x7 stem, the 2048 matmul,
+#   the seed conv), which already keep the two FMA pipes busy.
+CPU_SIDES = (3, 5, 6, 12)
+CPU_SIDE_SUM = 128  # multiply-adds an output point sums, at least
+CPU_SIDE_ACC = 16  # accumulator vectors of a tile with such a side, at most
+
+
+def cpu_candidates(r: int) -> list[int]:
+    """`candidates(r)` and the register-tile sides `CPU_SIDES` below r."""
+    return sorted(set(candidates(r)) | {s for s in CPU_SIDES if s < r})
+
+
+def pow2_candidates(r: int) -> list[int]:
+    out = {r}
+    p = 1
+    while p <= r:
+        out.add(p)
+        p *= 2
+    return sorted(out)
+
+
 POOL = 64
 # How much faster (predicted) a spread tile must be than the pool's best to be taken.
 SPREAD_MARGIN = 0.05
@@ -79,6 +126,12 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
     keep = acc * es <= hw.max_regs
     if hw.kind == "cpu" and hw.threads == 1 and hw.registers > 0:
         keep &= acc <= (hw.registers - 1) * max(1, hw.vec_size)
+    if hw.kind == "cpu" and outs:
+        # A register-tile side (`CPU_SIDES`) only up to CPU_SIDE_ACC accumulator vectors.
+        extra = np.zeros(out_rows.shape[0], bool)
+        for j, o in enumerate(outs):
+            extra |= ~np.isin(out_rows[:, j], candidates(flat.ranges[o]))
+        keep &= ~extra | (acc <= CPU_SIDE_ACC * max(1, hw.vec_size))
     pruned = int((~keep).sum()) * red_rows.shape[0]
     out_rows = out_rows[keep]
     tally = [0, 0, 0, pruned]
