@@ -36,7 +36,8 @@ def test_candidates() -> None:
 
 def test_cpu_register_sides() -> None:
     assert cpu_candidates(56) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28, 32, 56]
-    assert cpu_candidates(4) == [1, 2, 3, 4] and cpu_candidates(1) == [1]
+    assert cpu_candidates(4) == [1, 2, 4] and cpu_candidates(1) == [1]
+    assert cpu_candidates(13) == [1, 2, 4, 8, 13]  # 5 or 3 would cover 15 (`CPU_SIDE_WASTE`)
 
 
 def test_cpu_search_takes_register_sides_that_do_not_divide_the_range() -> None:
