@@ -36,12 +36,6 @@ CASES = {
     "matmul": (MATMUL, {"A": (64, 512), "B": (512, 64)}, {"k": 32, "n": 32, "m": 4}, "m"),
     # a max-plus product: the partial maxima start from the aggregation's identity
     "max_plus": (MAX_PLUS, {"A": (64, 512), "B": (512, 64)}, {"k": 32, "n": 32, "m": 4}, "m"),
-    # 6-row tiles over 70 rows: 12 tiles, the last moved back to rows 64-69 (`shift`)
-    "matmul_shifted": (MATMUL, {"A": (70, 512), "B": (512, 64)}, {"k": 32, "n": 32, "m": 6},
-                       "m"),
-    # 3-pixel tiles over rows of 16 (the last at 13-15), bias and ReLU on the stored lanes
-    "conv_rows_shifted": (CONV, {"I": (1, 64, 16, 16), "F": (64, 64, 3, 3), "B": (64, 1, 1)},
-                          {"ci": 8, "co": 16, "x1": 3, "x0": 1}, "x1"),
 }
 
 

@@ -165,10 +165,7 @@ class _Contraction(Inputs, Outputs):
             lanes = self.W if k == self.v else 1
             if k == swept:
                 lines = self.sweep_positions
-                origin = f"g_{n} + s_{n} * {s.tile[k]}"
-                if s.shifted(k):  # the last tile ends at the range's end (`Schedule.shift`)
-                    origin = f"min({origin}, {f.ranges[k] - s.tile[k]})"
-                lines.append(f"const int o_{n} = {origin};")
+                lines.append(f"const int o_{n} = g_{n} + s_{n} * {s.tile[k]};")
             else:
                 lines = out
             for a in range(self.acc[k]):

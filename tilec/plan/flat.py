@@ -107,15 +107,3 @@ class FlatContraction:
         s = " ".join(t[0] + " " + t[1:] for t in terms)
         s = s[2:] if s.startswith("+ ") else "-" + s[2:]
         return f"{s} <= {c.rhs}"
-
-
-def distinct_points(flat: FlatContraction) -> bool:
-    """Whether distinct points of the output indices always address distinct output elements
-    (mixed-radix output strides), so that a point computed twice stores one value twice."""
-    pairs = sorted((abs(flat.output.strides[k]), flat.ranges[k]) for k in flat.out_indices)
-    span = 0
-    for st, r in pairs:
-        if st <= span:
-            return False
-        span += st * (r - 1)
-    return True

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from .flat import FlatContraction, distinct_points
+from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
 from .group_order import cpu_group_order, reuse_order
 from .hw import HwModel
@@ -142,6 +142,18 @@ def windowed(flat: FlatContraction) -> set[int]:
     """The constrained indices, and those of a padded window read through a border
     (`plan.halo`): tile choices treat both alike, only the code's bounds tests differ."""
     return constrained(flat) | set(flat.windowed)
+
+
+def distinct_points(flat: FlatContraction) -> bool:
+    """Whether distinct points of the output indices always address distinct output elements
+    (mixed-radix output strides), so that a point computed twice stores one value twice."""
+    pairs = sorted((abs(flat.output.strides[k]), flat.ranges[k]) for k in flat.out_indices)
+    span = 0
+    for st, r in pairs:
+        if st <= span:
+            return False
+        span += st * (r - 1)
+    return True
 
 
 def moves_back(flat: FlatContraction, k: int, cpu: bool) -> bool:

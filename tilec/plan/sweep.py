@@ -15,10 +15,8 @@ inside, output kept in cache).  resnet18's first 3x3 convolution (64 -> 64, 56x5
 
 The choice: the input whose per-work-item panel is largest (the filter) must exceed L1 and
 must not depend on the swept index; the reduction must be blocked (otherwise there is nothing
-to keep between blocks); the swept index's tile must divide its range or its last tile move
-back to end at the range's end (`Schedule.shift`), so that every swept tile is a whole tile
-of the unswept kernel: a 6-row matmul tile over 2048 rows sweeps 342 tiles in groups that
-divide 342, the last one at rows 2042-2047.  Tiles per work-item: the most that divide the
+to keep between blocks); the swept index's tile must divide its range, so that every swept
+tile is a whole tile of the unswept kernel.  Tiles per work-item: the most that divide the
 index's tile count, whose partial sums fit half of L1, that leave at least four
 work-groups a compute unit (the sweep trades work-groups for reuse), and whose streamed
 inputs (those that do depend on the swept index) fit half of a core's L2 over the
@@ -41,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .flat import FlatContraction, distinct_points
+from .flat import FlatContraction
 from .hw import HwModel
 from .layout import load_order
 
@@ -110,16 +108,12 @@ def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: 
     # inputs overlap most (neighbouring pixels of one row).
     outs = sorted(flat.out_indices, key=lambda k: abs(flat.output.strides[k]) or 1 << 62)
     half_l2 = hw.l2_bytes // 2
-    # A tile that does not divide its index's range sweeps too where the last one moves back
-    # (`Schedule.shift`): the work-item's last tile then ends at the range's end.
-    shifts = distinct_points(flat)
     for k in outs:
         if k == vec_index:
             continue
         reads = np.array([t.strides[k] != 0 for t in flat.inputs])[big]
-        count = -(-flat.ranges[k] // T[:, k])
-        whole = (flat.ranges[k] % T[:, k] == 0) | shifts
-        ok = live & (index < 0) & ~reads & whole & (count >= 2)
+        count = flat.ranges[k] // T[:, k]
+        ok = live & (index < 0) & ~reads & (flat.ranges[k] % T[:, k] == 0) & (count >= 2)
         if not ok.any():
             continue
         streamed = [t for t in flat.inputs if t.strides[k] != 0]
