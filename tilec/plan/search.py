@@ -1,8 +1,8 @@
 """Tile-size search: enumerate candidate tiles, score them with the cost model, keep the best.
 
 Candidates per index are the powers of two up to its range, the divisors of the range, and the
-range itself (on CPU models an output index of a sum of products also takes the register-tile
-sides `CPU_SIDES`).  When the full cartesian product has at most `limit` (2 million) tiles it is
+range itself (on CPU models an output index of a convolution also takes the register-tile sides
+`space.CPU_SIDES`).  When the full cartesian product has at most `limit` (2 million) tiles it is
 scored whole; otherwise only powers of two and the full range are kept; if that is still too
 many, a best-first beam search climbs from the all-1 tile, moving one index at a time to its next
 candidate (PlaidML's doubling search, a generation at a time so it can be vectorised).
@@ -41,7 +41,6 @@ from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
 from .space import (
-    CPU_SIDE_SUM,
     candidates,
     count,
     cpu_candidates,
@@ -148,9 +147,9 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
             return plan
     es = hw.elem_size(dtype)
     cands = [candidates(r) for r in flat.ranges]
-    if hw.kind == "cpu" and len(flat.inputs) > 1 and _sum_length(flat) >= CPU_SIDE_SUM:
-        # One work-item a tile: the output sides of a sum of products are its register
-        # tile's sides (`space.CPU_SIDES` says where they pay).
+    if hw.kind == "cpu" and len(flat.inputs) > 1 and (flat.constraints or flat.windowed):
+        # One work-item a tile: the output sides of a windowed sum of products (a
+        # convolution) are its register tile's sides (`space.CPU_SIDES` says where they pay).
         for k in flat.out_indices:
             cands[k] = cpu_candidates(flat.ranges[k])
     strategy = "exhaustive"
@@ -194,13 +193,6 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if log is not None:
         write_log(plan, log)
     return plan
-
-
-def _sum_length(flat: FlatContraction) -> int:
-    n = 1
-    for k in flat.reduce_indices:
-        n *= flat.ranges[k]
-    return n
 
 
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,

@@ -34,21 +34,22 @@ def candidates(r: int) -> list[int]:
 
 
 # Register-tile sides besides the powers of two and divisors, for the output indices of a CPU
-# sum of products: 16 vector registers fit 12 accumulators as 3, 6 or 12 points by 4, 2 or 1
-# vectors (BLAS's 6x16 on AVX2) where powers of two stop at 8, whether or not the side divides
-# the range (the last tile moves back, `Schedule.shift`).  Measured on a Zen 3 (PyPI PoCL 3.0):
-# the seed conv at N=1 56x56, 4 vectors by 3 points 1.60-1.84 ms against 2.05 for the best tile
-# of powers of two; resnet18's 3x3 layers 10-17% faster.  Where they do not pay:
-# * a short sum (CPU_SIDE_SUM): squeezenet's 1x1 layers over 16-64 channels ran 5-15% slower
-#   with 12 accumulators than with 8 or 10 (stores and addresses decide there, not the FMAs);
+# convolution (a windowed sum of products): 16 vector registers fit 12 accumulators as 3, 6 or
+# 12 points by 4, 2 or 1 vectors where powers of two stop at 8, whether or not the side divides
+# the range (the last tile moves back, `Schedule.shift`).  A window's points share the inputs
+# they read (3 points of a 3-wide window read 5 columns, not 9), so more points a tile save
+# loads.  Measured on a Zen 3 (PyPI PoCL 3.0): the seed conv at N=1 56x56, 4 vectors by 3
+# points 1.60-1.84 ms against 2.05 for the best tile of powers of two; resnet18's 3x3 and 7x7
+# layers 5-20% faster.  Where they do not pay:
+# * sums without a window (matrix products, 1x1 convolutions): the 6x16 matmul tile ran
+#   7-24% slower than 4x16 on the 2048 matmul, squeezenet's classifier 7% slower, on the Zen 3;
 # * more than CPU_SIDE_ACC accumulator vectors: on a 16-core Xeon (AVX-512, Debian PoCL 5.0)
 #   24 (6 points by 4 vectors) ran 10-16% slower than 16 (resnet18's 7x7 stem, the 2048 matmul,
-#   the seed conv), which already keep the two FMA pipes busy.
-CPU_SIDES = (3, 5, 6, 12)
-CPU_SIDE_SUM = 128  # multiply-adds an output point sums, at least
-CPU_SIDE_ACC = 16  # accumulator vectors of a tile with such a side, at most
+#   the seed conv), which already keep the two FMA pipes busy;
 # * tiles that cover much more than the range: squeezenet's 13-wide 3x3 layers in tiles of 5
 #   (15 columns computed for 13) ran 7-20% slower than in one 13-wide tile.
+CPU_SIDES = (3, 5, 6, 12)
+CPU_SIDE_ACC = 16  # accumulator vectors of a tile with such a side, at most
 CPU_SIDE_WASTE = 0.10  # points computed twice, at most, as a share of the range
 
 
