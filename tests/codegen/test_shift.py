@@ -95,8 +95,8 @@ RUNS = {
     "conv_s2_channels": (*_conv(11, 21, ci=5, co=6), {"x0": 2, "x1": 8, "co": 4, "ci": 2}),
     # 13 x 13 pixels merged into 169: vectors along them, the last tile moved back.
     "pointwise_odd_pixels": (POINTWISE, {"D": (1, 8, 13, 13), "W": (6, 8)}, {}),
-    # The register-tile sides of CPU searches (`search.CPU_SIDES`) on ranges they do not
-    # divide: 3 and 5 points of a padded 11 x 13 image, 6 rows of a 20-row product.
+    # The register-tile sides of CPU convolutions (`space.CPU_SIDES`) on ranges they do not
+    # divide: 3 and 5 points of a padded 11 x 13 image; 6 rows of a 20-row product (forced).
     "same_conv_register_sides": (SAME_NHWC, {"D": (1, 11, 13, 16), "K": (3, 3, 16, 16)},
                                  {"x": 5, "y": 3, "co": 16, "ci": 8}),
     "same_conv_six_points": (SAME_NHWC, {"D": (1, 11, 13, 16), "K": (3, 3, 16, 16)},

@@ -17,13 +17,19 @@ from .cost import score_many
 from .predict import predict_many
 
 
-def candidates(r: int) -> list[int]:
-    """Powers of two up to r, the divisors of r, and r."""
+def pow2_candidates(r: int) -> list[int]:
+    """Powers of two up to r, and r."""
     out = {r}
     p = 1
     while p <= r:
         out.add(p)
         p *= 2
+    return sorted(out)
+
+
+def candidates(r: int) -> list[int]:
+    """Powers of two up to r, the divisors of r, and r."""
+    out = set(pow2_candidates(r))
     d = 1
     while d * d <= r:
         if r % d == 0:
@@ -39,15 +45,16 @@ def candidates(r: int) -> list[int]:
 # the range (the last tile moves back, `Schedule.shift`).  A window's points share the inputs
 # they read (3 points of a 3-wide window read 5 columns, not 9), so more points a tile save
 # loads.  Measured on a Zen 3 (PyPI PoCL 3.0): the seed conv at N=1 56x56, 4 vectors by 3
-# points 1.60-1.84 ms against 2.05 for the best tile of powers of two; resnet18's 3x3 and 7x7
-# layers 5-20% faster.  Where they do not pay:
+# points 1.60-1.84 ms against 2.05 for the best tile of powers of two; resnet18 at batch 1 10%
+# faster, its 3x3 layers 5-15% at their minimums.  Where they do not pay (BENCHMARKS.md):
 # * sums without a window (matrix products, 1x1 convolutions): the 6x16 matmul tile ran
 #   7-24% slower than 4x16 on the 2048 matmul, squeezenet's classifier 7% slower, on the Zen 3;
 # * more than CPU_SIDE_ACC accumulator vectors: on a 16-core Xeon (AVX-512, Debian PoCL 5.0)
 #   24 (6 points by 4 vectors) ran 10-16% slower than 16 (resnet18's 7x7 stem, the 2048 matmul,
 #   the seed conv), which already keep the two FMA pipes busy;
 # * tiles that cover much more than the range: squeezenet's 13-wide 3x3 layers in tiles of 5
-#   (15 columns computed for 13) ran 7-20% slower than in one 13-wide tile.
+#   (15 columns computed for 13) ran 7-20% slower than in one 13-wide tile;
+# * one-input reductions (pools): a 3-wide max pool ran slower than a 2-wide one (`search`).
 CPU_SIDES = (3, 5, 6, 12)
 CPU_SIDE_ACC = 16  # accumulator vectors of a tile with such a side, at most
 CPU_SIDE_WASTE = 0.10  # points computed twice, at most, as a share of the range
@@ -58,15 +65,6 @@ def cpu_candidates(r: int) -> list[int]:
     most CPU_SIDE_WASTE more than r (the last tile moves back over points already done)."""
     return sorted(set(candidates(r)) | {
         s for s in CPU_SIDES if s < r and -(-r // s) * s <= (1 + CPU_SIDE_WASTE) * r})
-
-
-def pow2_candidates(r: int) -> list[int]:
-    out = {r}
-    p = 1
-    while p <= r:
-        out.add(p)
-        p *= 2
-    return sorted(out)
 
 
 POOL = 64
