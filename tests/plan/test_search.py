@@ -16,7 +16,7 @@ from tilec.plan.cost import Cost, score
 from tilec.plan.flat import FlatContraction, FlatTensor
 from tilec.plan.hw import HwModel
 from tilec.plan.search import candidates, score_tile, search, write_log
-from tilec.plan.space import CPU_SIDES, count, cpu_candidates
+from tilec.plan.space import CPU_SIDES, count, cpu_candidates, slides
 
 from ..flats import matmul_flat, seed_flat
 
@@ -38,6 +38,30 @@ def test_cpu_register_sides() -> None:
     assert cpu_candidates(56) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28, 32, 56]
     assert cpu_candidates(4) == [1, 2, 4] and cpu_candidates(1) == [1]
     assert cpu_candidates(13) == [1, 2, 4, 8, 13]  # 5 or 3 would cover 15 (`CPU_SIDE_WASTE`)
+
+
+def test_sliding_windows() -> None:
+    import tilec
+    from tilec.plan.fuse import plan_kernels
+
+    def flat(src: str, shapes: dict):
+        prog = tilec.check_program(f"function ({src}", shapes, "float32")
+        return plan_kernels(prog).kernels[0].flat
+
+    conv = "D[N, X, Y, C], K[I, J, C, F]) -> (O) { O[n, x, y, f : N, {o}, {o}, F] = " \
+           "+(D[n, {r}, {c}, ci] * K[i, j, ci, f]); }"
+    same = conv.replace("{o}", "X").replace("{r}", "x+i-1").replace("{c}", "y+j-1")
+    valid = conv.replace("{o}", "6").replace("{r}", "x+i").replace("{c}", "y+j")
+    strided = conv.replace("{o}", "3").replace("{r}", "2*x+i").replace("{c}", "2*y+j")
+    dilated = conv.replace("{o}", "4").replace("{r}", "x+2*i").replace("{c}", "y+2*j")
+    shapes = {"D": (1, 8, 8, 4), "K": (3, 3, 4, 8)}
+    for src in (same, valid, strided):
+        assert slides(flat(src.replace("ci]", "c]").replace("ci, f]", "c, f]"), shapes)), src
+    assert not slides(flat(dilated.replace("ci]", "c]").replace("ci, f]", "c, f]"), shapes))
+    assert not slides(matmul_flat(64, 64, 64))
+    pointwise = "D[N, X, Y, C], W[C, F]) -> (O) { O[n, x, y, f : N, X, Y, F] = " \
+                "+(D[n, x, y, c] * W[c, f]); }"
+    assert not slides(flat(pointwise, {"D": (1, 8, 8, 4), "W": (4, 8)}))
 
 
 def test_cpu_search_takes_register_sides_that_do_not_divide_the_range() -> None:

@@ -46,6 +46,7 @@ from .space import (
     cpu_candidates,
     pow2_candidates,
     ranked_tiles,
+    slides,
 )
 from .trust import staged_fits, time_ranks
 
@@ -70,7 +71,7 @@ class TiledPlan:
     rejected_memory: int
     rejected_regs: int
     seconds: float
-    pruned: int = 0  # skipped before scoring: provably over regs
+    pruned: int = 0  # skipped before scoring: provably over regs (or `space.CPU_SIDE_ACC`)
     strategy: str = "exhaustive"  # "exhaustive", "pow2" or "beam"
     hw: HwModel | None = None
     post_ops: int = 0
@@ -147,9 +148,9 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
             return plan
     es = hw.elem_size(dtype)
     cands = [candidates(r) for r in flat.ranges]
-    if hw.kind == "cpu" and len(flat.inputs) > 1 and (flat.constraints or flat.windowed):
-        # One work-item a tile: the output sides of a windowed sum of products (a
-        # convolution) are its register tile's sides (`space.CPU_SIDES` says where they pay).
+    if hw.kind == "cpu" and len(flat.inputs) > 1 and slides(flat):
+        # One work-item a tile: the output sides of a sum of products over a sliding window
+        # (a convolution) are its register tile's sides (`space.CPU_SIDES`: where they pay).
         for k in flat.out_indices:
             cands[k] = cpu_candidates(flat.ranges[k])
     strategy = "exhaustive"

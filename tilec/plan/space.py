@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 
 from .cost import score_many
+from .flat import FlatContraction
 from .predict import predict_many
 
 
@@ -40,15 +41,15 @@ def candidates(r: int) -> list[int]:
 
 
 # Register-tile sides besides the powers of two and divisors, for the output indices of a CPU
-# convolution (a windowed sum of products): 16 vector registers fit 12 accumulators as 3, 6 or
-# 12 points by 4, 2 or 1 vectors where powers of two stop at 8, whether or not the side divides
-# the range (the last tile moves back, `Schedule.shift`).  A window's points share the inputs
-# they read (3 points of a 3-wide window read 5 columns, not 9), so more points a tile save
-# loads.  Measured on a Zen 3 (PyPI PoCL 3.0): the seed conv at N=1 56x56, 4 vectors by 3
-# points 1.60-1.84 ms against 2.05 for the best tile of powers of two; resnet18 at batch 1 10%
+# convolution (a sum of products over a sliding window): 16 vector registers fit 12
+# accumulators as 3, 6 or 12 points by 4, 2 or 1 vectors where powers of two stop at 8,
+# whether or not the side divides the range (the last tile moves back, `Schedule.shift`).
+# Measured on a Zen 3 (PyPI PoCL 3.0): the seed conv at N=1 56x56, 4 vectors by 3 points
+# 1.60-1.84 ms against 2.05 for the best tile of powers of two; resnet18 at batch 1 6-10%
 # faster, its 3x3 layers 5-15% at their minimums.  Where they do not pay (BENCHMARKS.md):
-# * sums without a window (matrix products, 1x1 convolutions): the 6x16 matmul tile ran
-#   7-24% slower than 4x16 on the 2048 matmul, squeezenet's classifier 7% slower, on the Zen 3;
+# * sums without a sliding window (`slides`: matrix products, 1x1 convolutions): the 6x16
+#   matmul tile ran 7-24% slower than 4x16 on the 2048 matmul, squeezenet's classifier 7%
+#   slower, on the Zen 3 (why the windowed sums gain and these do not was not found out);
 # * more than CPU_SIDE_ACC accumulator vectors: on a 16-core Xeon (AVX-512, Debian PoCL 5.0)
 #   24 (6 points by 4 vectors) ran 10-16% slower than 16 (resnet18's 7x7 stem, the 2048 matmul,
 #   the seed conv), which already keep the two FMA pipes busy;
@@ -58,6 +59,22 @@ def candidates(r: int) -> list[int]:
 CPU_SIDES = (3, 5, 6, 12)
 CPU_SIDE_ACC = 16  # accumulator vectors of a tile with such a side, at most
 CPU_SIDE_WASTE = 0.10  # points computed twice, at most, as a share of the range
+
+
+def slides(flat: FlatContraction) -> bool:
+    """Whether an input reads a sliding window: an output index and a reduction index along
+    overlapping spans of one axis (a convolution's x + i, strided 2*x + i or not), where
+    neighbouring output points read some of the same elements.  A matrix product's m and k
+    do not overlap (m steps over all of k's span), nor do a dilated window's points."""
+    for t in flat.inputs:
+        for o in flat.out_indices:
+            so = abs(t.strides[o])
+            for r in flat.reduce_indices:
+                sr = abs(t.strides[r])
+                if so and sr and flat.ranges[r] > 1 and so % sr == 0 and \
+                        so < sr * flat.ranges[r]:
+                    return True
+    return False
 
 
 def cpu_candidates(r: int) -> list[int]:
