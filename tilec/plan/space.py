@@ -147,11 +147,13 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
     keep = acc * es <= hw.max_regs
     if hw.kind == "cpu" and hw.threads == 1 and hw.registers > 0:
         keep &= acc <= (hw.registers - 1) * max(1, hw.vec_size)
-    if hw.kind == "cpu" and outs:
-        # A register-tile side (`CPU_SIDES`) only up to CPU_SIDE_ACC accumulator vectors.
+    # A register-tile side (`CPU_SIDES`) only up to CPU_SIDE_ACC accumulator vectors.
+    sides = {j: sorted(set(cands[o]) - set(candidates(flat.ranges[o])))
+             for j, o in enumerate(outs)} if hw.kind == "cpu" else {}
+    if any(sides.values()):
         extra = np.zeros(out_rows.shape[0], bool)
-        for j, o in enumerate(outs):
-            extra |= ~np.isin(out_rows[:, j], candidates(flat.ranges[o]))
+        for j, s in sides.items():
+            extra |= np.isin(out_rows[:, j], s)
         keep &= ~extra | (acc <= CPU_SIDE_ACC * max(1, hw.vec_size))
     pruned = int((~keep).sum()) * red_rows.shape[0]
     out_rows = out_rows[keep]
