@@ -197,14 +197,16 @@ def test_activations_and_gpu_products_are_not_relaid():
     assert packed(program, HwModel.load("nvidia-h100"), CONFIG) is program
 
 
+@pytest.mark.parametrize("l2", [64 * 1024, None])
 @pytest.mark.parametrize("timed", [True, False])
-def test_filters_larger_than_l2_are_relaid_in_panels(timed):
-    """A filter larger than L2 is copied in panels of the tile's channels (`_in_panels`):
-    each work-item's panel is one block, and the groups that read it run one after another
-    (the pixels vary fastest), where the channels-last copy's column is lines a row apart."""
+def test_relaid_filters_are_copied_in_panels_of_the_tile(timed, l2):
+    """A relaid filter whose tile takes part of its channels is copied in panels of the
+    tile's channels (`_in_panels`), larger than L2 or not: each work-item's panel is one
+    block (a channels-last column's lines lie a row apart and share a few cache sets), and
+    the groups that read it run one after another (the pixels vary fastest)."""
     from dataclasses import replace
 
-    hw = replace(CPU, l2_bytes=64 * 1024)
+    hw = CPU if l2 is None else replace(CPU, l2_bytes=l2)
     hw = hw if timed else _no_time_model(hw)
     program, out = _same_outputs(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)}, hw)
     assert not _relaid(out)
@@ -219,11 +221,17 @@ def test_filters_larger_than_l2_are_relaid_in_panels(timed):
     sched = make_schedule(flat, tile, hw)
     assert copy.output in [x.tensor for x in product.inputs]
     assert flat.names[sched.vec_index] == "coi"
+    assert tile[flat.names.index("coi")] == nr
     order = [flat.names[k] for k in cpu_group_order(flat, tuple(tile), hw.l1_bytes)]
     assert order[:2] == ["x", "y"] and order[-1] == "coo", order
-    # Under L2 the same filter is copied with the channels last, whole.
-    _, plain = _same_outputs(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)}, CPU)
-    assert _relaid(plain) and not _packs(plain)
+
+
+def test_a_filter_whose_tile_takes_every_channel_is_relaid_whole():
+    """Eight output channels, one vector: the tile takes them all, so there is no panel to
+    cut and the copy holds the channels last."""
+    _, out = _same_outputs(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (8, 64, 3, 3)}, CPU)
+    (copy,) = _relaid(out)
+    assert out.tensors[copy.output].shape == (64, 3, 3, 8) and not _packs(out)
 
 
 def test_filter_panels_run_against_numpy():
@@ -244,11 +252,29 @@ def test_filter_panels_run_against_numpy():
     assert any("W_panels" in n for n in names), names
 
 
+def test_small_filter_panels_run_against_numpy():
+    """The seed convolution's layout (NHWC, the filter an input copied each call) with a
+    64-channel filter far smaller than L2: read in panels of the tile's channels, it matches
+    numpy on the device, outputs poisoned first."""
+    from ..codegen.test_kernels import run_case
+
+    src = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
+      O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, co, ci]);
+      R = (O > 0 ? O : 0);
+    }"""
+    exe = run_case(src, {"D": (1, 10, 13, 64), "K": (3, 3, 64, 64)}, seed=7,
+                   device="Portable Computing Language")
+    assert exe.hw.kind == "cpu"
+    names = [k.name for k in exe.kernels]
+    assert any("K_panels" in n for n in names), names
+
+
 @pytest.mark.parametrize("l2", [None, 64 * 1024])
 def test_a_forced_tile_keeps_its_indices_and_still_gets_the_relaid_filter(l2):
-    """A forced tile names the indices as written: the filter is still relaid with the
-    channels last (never in panels, which split `co`), so the forced tile gets the vector
-    lanes the searched one gets; forcing the search's own choice builds the same kernel."""
+    """A forced tile that names the indices as written keeps them: the filter is still
+    relaid with the channels last (never in panels, which split `co`), so the forced tile
+    gets the vector lanes the searched one gets.  Forcing the search's own choice, which
+    names the panels' indices (`coi`, `coo`) where it reads panels, builds the same kernel."""
     from dataclasses import replace
 
     from tilec.codegen.generate import generate
@@ -292,16 +318,17 @@ def _strided(side: int) -> tuple[str, dict]:
 def test_short_pixel_rows_give_the_lanes_to_the_channels(timed):
     """A stride-2 1x1 convolution (resnet's downsample) at 7x7: its output columns, the
     output's unit-stride index, fill 4 of 16 lanes (`vector_candidates` with `lanes`), so
-    its filter is relaid and the output channels take all 16; at 28x28 the columns fill the
-    vector and keep it, nothing copied."""
+    its filter is relaid (in panels of the tile's channels where the tile takes part of
+    them) and the output channels take all 16; at 28x28 the columns fill the vector and
+    keep it, nothing copied."""
     hw = CPU if timed else _no_time_model(CPU)
     src, shapes = _strided(14)
     program, out = _same_outputs(src, shapes, hw)
-    (copy,) = _relaid(out)
+    (copy,) = _relaid(out) + _packs(out)
     assert copy.inputs[0].tensor == "W"
     kernel = [k for k in plan_kernels(out).kernels if k.op.output == "O"][0]
     sched = make_schedule(kernel.flat, search(kernel.flat, hw).tile, hw)
-    assert kernel.flat.names[sched.vec_index] == "co" and sched.vec == hw.vec_size
+    assert kernel.flat.names[sched.vec_index] in ("co", "coi") and sched.vec == hw.vec_size
     src, shapes = _strided(56)
     program, out = _same_outputs(src, shapes, hw)
     assert not _relaid(out) and not _packs(out)

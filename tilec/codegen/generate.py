@@ -82,11 +82,14 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
         return program
     if "*" in config.tiles:  # every kernel's tile forced: a copy kernel's too, so none made
         return program
-    # A forced tile names the contraction's indices as written: its operands may be relaid
-    # (the indices stay), not read in panels (which split one).  Without the relaid filter a
-    # forced convolution tile got no vector lanes: 8x slower than the same tile searched.
+    # A forced tile that names the contraction's indices as written keeps them: its operands
+    # may be relaid (the indices stay), not read in panels (which split one).  Without the
+    # relaid filter a forced convolution tile got no vector lanes: 8x slower than the same
+    # tile searched.  One that names the panels' indices (the cost log's `coi`, `coo`) is
+    # packed as the search packs it, and applies to the statement that reads the panels.
     forced = {op.output for op in program.ops if isinstance(op, ir.Contraction)
-              and forced_tile(config, op.output) is not None}
+              and forced_tile(config, op.output) is not None
+              and _as_written(forced_tile(config, op.output), op)}
 
     def grouped() -> set[str]:
         """Statements that become one attention or row kernel: matched as written."""
@@ -98,7 +101,7 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
 
     def choose(flat):
         given = forced_tile(config, flat.output.name)
-        if given is not None:
+        if given is not None and set(given) <= set(flat.names):
             return forced_sizes(given, flat), None
         r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
                    model=config.cost_model, cache=search_cache_dir(config))
@@ -150,6 +153,13 @@ def forced_tile(config: Config, output: str) -> Mapping[str, int] | None:
     (`contract_<output>`, `ContractionKernel.name`), its output, or "*" for every one."""
     return (config.tiles.get(f"contract_{output}") or config.tiles.get(output)
             or config.tiles.get("*"))
+
+
+def _as_written(forced: Mapping[str, int], op: ir.Contraction) -> bool:
+    """Whether a forced tile names only the statement's own indices (or flat indices merged
+    from them, `d0_d1`)."""
+    idx = set(op.indices)
+    return all(n in idx or all(part in idx for part in n.split("_")) for n in forced)
 
 
 def forced_sizes(forced: Mapping[str, int], flat) -> tuple[int, ...]:

@@ -42,10 +42,10 @@ image's rows): resnet18's last 3x3 convolutions (7x7, 512 channels) 1.22 -> 0.84
 
 The same pass relays a filter (`choose_relayout`): a convolution's weights that hold the
 output channels at a stride are copied with that axis last, so that the channels can be the
-vector lanes; there constraints on other indices (padding) are allowed.  A filter larger than
-L2 is copied in panels of the tile's channels, `W_panels[co_o, ci, i, j, co_i]`, rather than
-with the channels last: the column a work-item reads of the latter is as scattered as the
-filter's was."""
+vector lanes; there constraints on other indices (padding) are allowed.  Where the tile takes
+part of the channels, the copy is in panels of the tile's channels, `W_panels[co_o, ci, i, j,
+co_i]`, rather than with the channels last: the column a work-item reads of the latter is as
+scattered as the filter's was (`_in_panels`)."""
 
 from __future__ import annotations
 
@@ -345,8 +345,8 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     so is a stride-2 1x1 convolution's, whose output columns (7 of them at resnet's last
     stage) would fill 4 of 16 lanes: 0.29 -> 0.09 ms on a 2-core AVX-512 Xeon.
     Constraints may mention other indices (a convolution's padding), not the one brought into
-    the lanes: lanes cannot be masked.  An operand larger than L2 is copied in panels instead
-    (a `Packing`, `_in_panels`), unless `panels` is False."""
+    the lanes: lanes cannot be masked.  Where the tile takes part of the index the copy is in panels
+    instead (a `Packing`, `_in_panels`), unless `panels` is False."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract or not op.out_idx:
         return None
@@ -376,7 +376,7 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
         sched0 = make_schedule(flat0, tuple(tile0), hw)
         if sched0.vec_index is not None and not sched0.dot and sched0.vec >= sched.vec:
             return None
-        return _in_panels(found, flat, tile, tensors[name], hw, constants) if panels else found
+        return _in_panels(found, flat, tile, tensors[name]) if panels else found
     t = tensors[name]
     size = t.size * hw.elem_size(t.dtype)
     # A tensor bound once is copied once, where it is bound: no call pays the copy.
@@ -384,22 +384,27 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
         (hw.launch_us or 5.0) * 1e-6 + 2 * size / ((hw.bandwidth_gbs or 20.0) * 1e9)
     if after + copy >= before:
         return None
-    return _in_panels(found, flat, tile, t, hw, constants) if panels else found
+    return _in_panels(found, flat, tile, t) if panels else found
 
 
-def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor,
-               hw: HwModel, constants: Collection[str] = ()) -> Relayout | Packing:
-    """A relaid operand larger than a core's L2 is copied in panels as wide as the tile
-    along its index instead (`Packing`): with the index last, a work-item's panel is a
-    column of the copy, its lines a whole row apart, and at power-of-two rows they share a
-    few cache sets and come from memory for every work-item.  The panel copy costs what the
-    plain one does (one pass over the operand); its panels are contiguous, so the group order
-    (`cpu_group_order`) keeps one in L2 while the work-items that read it run.  resnet18's
-    last 3x3 convolutions (512 channels, a 9.4 MB filter) on a 2-core Zen 4 with the PyPI
-    PoCL: 3.7 -> 1.8 ms."""
+def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor) \
+        -> Relayout | Packing:
+    """A relaid operand whose tile takes part of its index is copied in panels as wide as
+    the tile along it instead (`Packing`).  With the index last, a work-item's panel is a
+    column of the copy whose lines lie a whole row apart.  At power-of-two rows they share a
+    fraction of the cache's sets: past L2 the panel comes from memory for every work-item
+    (resnet18's last 3x3 convolutions, 512 channels, a 9.4 MB filter, on a 2-core Zen 4
+    with the PyPI PoCL: 3.7 -> 1.8 ms), and a swept work-item's block, which should stay
+    in L1 while its register tiles run, does not fit there (the seed convolution's 64
+    channels under a 32-channel tile use half of each 256-byte row, and its three window
+    columns lie 16 KB apart, a multiple of L1's 4 KB set span: 12 lines a set where L1
+    keeps 8; 56x56 on a 2-core Zen 3: 1.82 -> 1.64 ms).  The panel copy costs what the
+    plain one does (one pass over the operand); its panels are contiguous, so a block
+    spreads over every set and the group order (`cpu_group_order`) keeps a panel in L2
+    while the work-items that read it run."""
     nr = tile[flat.names.index(r.index)]
     n = t.shape[r.axis]
-    if not _worth_panels(t, hw, constants) or not 1 < nr < n or n % nr:
+    if not 1 < nr < n or n % nr:
         return r
     return Packing(r.operand, r.axis, r.index, nr)
 
