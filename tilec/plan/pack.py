@@ -26,8 +26,8 @@ whole vectors that do: squeezenet's 1000 classes under 16-wide tiles, 8-wide pan
 classifier 1.53 -> 1.21 ms on a 2-core Zen 3), the operand is larger than a core's L2 (one
 that fits stays there in any layout: on the 16-core Xeon the 512 matmul ran 0.29 ms as
 written and 0.40 ms with the copy, whose launch and pass cost more than the panels save;
-a model's weight, named by `constants` and copied once where it is bound, from
-`CONSTANT_L2_SHARE`-th of L2), and each panel is read by at least `MIN_REREADS` work-groups
+a model's weight, named by `constants` and copied once where it is bound, at any size),
+and each panel is read by at least `MIN_REREADS` work-groups
 (a matrix-vector product reads each element once: the copy would double its traffic).
 Only CPU models pack (GPUs stage tiles in local memory), only `+(x * y)` contractions
 without rewrites and without constraints on the panel index, and never one whose tile the
@@ -68,13 +68,6 @@ from .schedule import make_schedule
 # each of its panels a few times only (7 at 7x7 pixels).
 MIN_REREADS = 16
 MIN_FILTER_REREADS = 4
-# A model's weights (bound once: their copy costs no call anything) are packed from this
-# share of L2 up, not only past it.  Their rows are the output channels apart, and at the
-# power-of-two channel counts of real models a panel's rows alias in L1 (1024 channels: every
-# row in one set), so a swept work-item re-reads its block from L2 for every register tile:
-# resnet50's 512 -> 1024 stride-2 1x1 convolution (a 2 MiB filter, a 2 MiB L2) 1.37 -> 0.81
-# ms on the 2-core Xeon with the PyPI PoCL.
-CONSTANT_L2_SHARE = 4
 # A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
 DEFAULT_L2_BYTES = 512 * 1024
 
@@ -106,8 +99,7 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     indices stay as written: a tile the user forced names them); those `grouped()` names are
     left as written (asked once, at the first product that would be packed: the statements
     another kernel kind takes in whole, which only then are worth finding).  `constants`: the
-    inputs bound once (a model's weights), packed from a smaller size on
-    (`CONSTANT_L2_SHARE`)."""
+    inputs bound once (a model's weights), packed at any size (`_worth_panels`)."""
     if hw.kind != "cpu":
         return program
     constants = bound_once(program, constants)
@@ -229,10 +221,17 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
 
 def _worth_panels(t: ir.Tensor, hw: HwModel, constants: Collection[str] = ()) -> bool:
     """Whether tensor t is larger than a core's L2 (one that fits stays there in any layout),
-    or than `CONSTANT_L2_SHARE`-th of it where it is a constant."""
-    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
+    or is a constant.  A model's weights are bound once, so their copy costs no call
+    anything, and their rows lie the output channels apart: at the power-of-two channel
+    counts of real models a panel's rows alias in L1 (1024 channels: every row in one set;
+    64: a 32-channel panel uses half the sets), so a swept work-item re-reads its block from
+    L2 for every register tile.  resnet50's 512 -> 1024 stride-2 1x1 convolution (a 2 MiB
+    filter, a 2 MiB L2) 1.37 -> 0.81 ms on the 2-core Xeon with the PyPI PoCL; squeezenet's
+    filters (4 to 590 KB) on a 2-core Zen 3, the model's kernels 0.90x the time read as
+    written (median of three runs)."""
     if t.name in constants:
-        l2 //= CONSTANT_L2_SHARE
+        return True
+    l2 = hw.l2_bytes or DEFAULT_L2_BYTES
     return t.size * hw.elem_size(t.dtype) > l2
 
 
