@@ -40,6 +40,7 @@ from .costlog import json_lines, log_text, write_log
 from .flat import FlatContraction
 from .layout import Layout, layout
 from .predict import can_predict, explain_line, predict_many
+from .runners import rows
 from .space import (
     candidates,
     count,
@@ -66,7 +67,8 @@ class TiledPlan:
     flat: FlatContraction
     tile: tuple[int, ...]
     cost: Cost
-    top: tuple[tuple[tuple[int, ...], Cost], ...]  # best first, the chosen one included
+    # Best first, the chosen one included; the runners-up scored when first read (`runners`).
+    top: Sequence[tuple[tuple[int, ...], Cost]]
     candidates_scored: int
     rejected_memory: int
     rejected_regs: int
@@ -78,7 +80,7 @@ class TiledPlan:
     dtype: str = "float32"
     cached: bool = False  # the outcome of an earlier process's search, read from the cache
     # Per tile of `top` (time model only): predicted seconds and the cost-log line saying why.
-    predicted: tuple[tuple[float, str], ...] = ()
+    predicted: Sequence[tuple[float, str]] = ()
 
     ranked_by_time: bool = False  # the time model ranked `top` (else PlaidML's score did)
 
@@ -175,25 +177,44 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
         if not fallback.ok:
             raise TileError(_no_fit_message(flat, hw, fallback))
         best = np.asarray([ones], np.int64)
-    top = tuple((tuple(int(t) for t in row),
-                 score(flat, row, hw, post_ops, dtype, post_inputs=post_inputs))
-                for row in best[:top_k])
+    tiles = tuple(tuple(int(t) for t in row) for row in best[:top_k])
+    top, predicted = _ranked(flat, tiles, hw, post_ops, dtype, post_inputs, logged)
     plan = TiledPlan(flat=flat, tile=top[0][0], cost=top[0][1], top=top,
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=time.perf_counter() - start, strategy=strategy, hw=hw,
                      post_ops=post_ops, dtype=dtype, ranked_by_time=timed,
-                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
+                     predicted=predicted)
     if slot is not None:
         from .. import memo
 
         _remember(slot, plan)
         memo.write_json(path, key, {
-            "top": [list(t) for t, _ in top], "tally": list(tally), "strategy": strategy,
+            "top": [list(t) for t in tiles], "tally": list(tally), "strategy": strategy,
             "seconds": plan.seconds, "ranked_by_time": timed})
     if log is not None:
         write_log(plan, log)
     return plan
+
+
+def _ranked(flat: FlatContraction, tiles: tuple[tuple[int, ...], ...], hw: HwModel,
+            post_ops: int, dtype: str, post_inputs: int, timed: bool):
+    """A search's top tiles with their costs, and their predictions (time model): the first
+    tile's now, the others' when first read (`runners`)."""
+    first = (tiles[0], score(flat, tiles[0], hw, post_ops, dtype, post_inputs=post_inputs))
+    top = rows(first, len(tiles), _scored, (flat, tiles, hw, post_ops, dtype, post_inputs))
+    said = _predictions(flat, hw, (first,), post_ops, dtype, post_inputs, timed)
+    if not said:
+        return top, ()
+    return top, rows(said[0], len(tiles), _predictions,
+                     (flat, hw, tuple((t, None) for t in tiles), post_ops, dtype,
+                      post_inputs, timed))
+
+
+def _scored(flat: FlatContraction, tiles, hw: HwModel, post_ops: int, dtype: str,
+            post_inputs: int) -> tuple:
+    return tuple((t, score(flat, t, hw, post_ops, dtype, post_inputs=post_inputs))
+                 for t in tiles)
 
 
 def _predictions(flat: FlatContraction, hw: HwModel, top, post_ops: int, dtype: str,
@@ -298,14 +319,12 @@ def _from_cache(path: Path, key: str, flat: FlatContraction, hw: HwModel, post_o
             return None
     except (TypeError, KeyError, ValueError):
         return None
-    top = tuple((t, score(flat, t, hw, post_ops, dtype, post_inputs=post_inputs))
-                for t in tiles)
+    top, predicted = _ranked(flat, tuple(tiles), hw, post_ops, dtype, post_inputs, logged)
     return TiledPlan(flat=flat, tile=top[0][0], cost=top[0][1], top=top,
                      candidates_scored=tally[0], rejected_memory=tally[1],
                      rejected_regs=tally[2], pruned=tally[3],
                      seconds=seconds, strategy=strategy, hw=hw, post_ops=post_ops, dtype=dtype,
-                     cached=True, ranked_by_time=by_time,
-                     predicted=_predictions(flat, hw, top, post_ops, dtype, post_inputs, logged))
+                     cached=True, ranked_by_time=by_time, predicted=predicted)
 
 
 def tile_log(flat: FlatContraction, hw: HwModel, tile: Sequence[int] | Mapping[str, int],
