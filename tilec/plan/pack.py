@@ -344,8 +344,8 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     so is a stride-2 1x1 convolution's, whose output columns (7 of them at resnet's last
     stage) would fill 4 of 16 lanes: 0.29 -> 0.09 ms on a 2-core AVX-512 Xeon.
     Constraints may mention other indices (a convolution's padding), not the one brought into
-    the lanes: lanes cannot be masked.  Where the tile takes part of the index the copy is in panels
-    instead (a `Packing`, `_in_panels`), unless `panels` is False."""
+    the lanes: lanes cannot be masked.  Where the tile takes part of the index, the copy is in
+    panels instead (a `Packing`, `_in_panels`), unless `panels` is False."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract or not op.out_idx:
         return None

@@ -3,9 +3,9 @@
 A search keeps its top tiles (`search.TiledPlan.top`) with their statistics and, under the
 time model, their predictions (`TiledPlan.predicted`).  A compile reads the first tile's
 alone (its cost log in the kernel's header); `tilec explain`, tuning and the register recount
-read the others.  Scoring them all at every search cost resnet50's cold load about a second
-of its 6-7 on a 2-core Zen 3 (164 searches, 8 tiles each), so the others are scored on first
-use: `Rows` holds the first row and the recipe for the rest."""
+read the others.  Scoring all 8 at every search took about an eighth of the time of
+resnet50's 164 searches on a 2-core Zen 3 (0.3-0.4 s of its cold load), so the others are
+scored on first use: `Rows` holds the first row and the recipe for the rest."""
 
 from __future__ import annotations
 
