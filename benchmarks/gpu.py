@@ -104,9 +104,11 @@ def main() -> int:
     ap.add_argument("--estimate-registers", action="store_true",
                     help="rank tiles with the time model's register estimate, not the "
                          "driver compiler's counts (Config.compiler_registers=False)")
-    ap.add_argument("--json", default=str(HERE / "results-gpu.json"))
-    ap.add_argument("--png", default=str(HERE / "roofline-gpu.png"))
+    ap.add_argument("--json", help="where the figures go (default: benchmarks/results-gpu.json "
+                    "for the whole suite, the temporary folder for part of it)")
+    ap.add_argument("--png", help="where the roofline goes (default: beside the figures)")
     args = ap.parse_args()
+    args.json, args.png = (str(p) for p in harness.output_paths(args, "gpu", HERE))
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False

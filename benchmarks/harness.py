@@ -35,6 +35,19 @@ from tilec.lang.reference import random_array  # noqa: E402
 from tilec.runtime.launch import compare  # noqa: E402
 
 
+def output_paths(args, suite: str, here: Path) -> tuple[Path, Path]:
+    """Where a run writes its figures and roofline: `--json` / `--png` where given; a whole
+    suite's run into `results-{suite}.json` beside the scripts (the committed figures); a run
+    of part of it (`--only`, `--skip`) into the temporary folder, so that it does not replace
+    the whole suite's figures with its few."""
+    partial = bool(getattr(args, "only", None) or getattr(args, "skip", None))
+    folder = Path(tempfile.gettempdir()) / "tilec-bench" if partial else here
+    folder.mkdir(parents=True, exist_ok=True)
+    js = Path(args.json) if args.json else folder / f"results-{suite}.json"
+    png = Path(args.png) if args.png else folder / f"roofline-{suite}.png"
+    return js, png
+
+
 def scratch(prefix: str) -> str:
     """A temporary folder removed when the run ends (caches of kernels built for the run)."""
     d = tempfile.mkdtemp(prefix=prefix)

@@ -257,9 +257,11 @@ def main() -> int:
                     help="fp32 FLOP per cycle per core (default 64: two 512-bit FMA pipes)")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="GB/s for the roofline (default: measured with a numpy copy)")
-    ap.add_argument("--json", default=str(HERE / "results-cpu.json"))
-    ap.add_argument("--png", default=str(HERE / "roofline-cpu.png"))
+    ap.add_argument("--json", help="where the figures go (default: benchmarks/results-cpu.json "
+                    "for the whole suite, the temporary folder for part of it)")
+    ap.add_argument("--png", help="where the roofline goes (default: beside the figures)")
     args = ap.parse_args()
+    args.json, args.png = (str(p) for p in harness.output_paths(args, "cpu", HERE))
 
     # A PoCL kernel cache of our own, empty: every compile figure in the table is a cold build.
     os.environ["POCL_CACHE_DIR"] = harness.scratch("tilec-bench-pocl-")
