@@ -493,3 +493,22 @@ def test_narrower_panels_only_for_weights():
     out = pack_panels(program, CPU, choose, constants={"B"})
     (copy,) = _packs(out)
     assert out.tensors[copy.output].shape == (125, 512, 8)
+
+
+@pytest.mark.parametrize("tile, says", [
+    ({"cox": 32, "ci": 16}, "unknown index cox"),
+    ({"co": 32, "coi": 32}, "mixes the two sets"),
+])
+def test_a_forced_tile_in_neither_set_of_indices_names_both(tile, says):
+    """A tile that names neither the statement's own indices nor those of the statement
+    reading panels is refused with both sets listed (a typo in `co` was reported against
+    `coi, coo` alone)."""
+    from dataclasses import replace
+
+    from tilec.errors import TileError
+
+    program = check_program(NCHW_CONV, {"D": (1, 64, 7, 7), "W": (64, 64, 3, 3)})
+    with pytest.raises(TileError) as e:
+        packed(program, CPU, replace(CONFIG, tiles={"O": tile}))
+    msg = str(e.value)
+    assert says in msg and "as written: ci, co, i, j" in msg and "coi, coo" in msg, msg

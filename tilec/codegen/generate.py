@@ -107,8 +107,34 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
                    model=config.cost_model, cache=search_cache_dir(config))
         return r.tile, (r.predicted[0][0] if r.predicted else None)
 
-    return pack_panels(program, hw, choose, relay_only=forced, grouped=grouped,
-                       constants=constants)
+    out = pack_panels(program, hw, choose, relay_only=forced, grouped=grouped,
+                      constants=constants)
+    _check_panel_tiles(config, program, out, forced)
+    return out
+
+
+def _check_panel_tiles(config: Config, before: ir.Program, after: ir.Program,
+                       as_written: set[str]) -> None:
+    """A forced tile that is not in the statement's own indices must be in those of the
+    statement reading panels; else the error names both sets (a typo in `co` would otherwise
+    be reported against `coi, coo` alone)."""
+    now = {op.output: op for op in after.ops if isinstance(op, ir.Contraction)}
+    for op in before.ops:
+        given = forced_tile(config, op.output) if isinstance(op, ir.Contraction) else None
+        if given is None or op.output in as_written or "*" in config.tiles:
+            continue
+        packed_op = now.get(op.output)
+        if packed_op is None or packed_op is op or _as_written(given, packed_op):
+            continue  # not read in panels: the tile is checked where it is applied
+        known = set(op.indices) | set(packed_op.indices)
+        bad = sorted(n for n in given if n not in known and not all(
+            p in known for p in n.split("_")))
+        what = f"unknown index {', '.join(bad)}" if bad else \
+            f"{', '.join(given)} mixes the two sets of indices"
+        raise TileError(f"--tile for {op.output}: {what} (indices as written: "
+                        f"{', '.join(sorted(op.indices))}; reading panels: "
+                        f"{', '.join(sorted(packed_op.indices))}; a tile names one set or "
+                        "the other)")
 
 
 def split_k(program: ir.Program, hw: HwModel, config: Config):
