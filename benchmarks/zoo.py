@@ -4,7 +4,7 @@ onnxruntime (the outputs) and torch eager in fp32 with TF32 off (the time).
 
     python benchmarks/zoo.py export DIR [--only NAME,..]           # needs torch, torchvision
     python benchmarks/zoo.py run DIR [--device NVIDIA] [--batch 1] [--only NAME,..]
-    python benchmarks/zoo.py run DIR --device Portable --peer onnxruntime   # on the CPU
+    python benchmarks/zoo.py run DIR --device Portable --peer onnxruntime [--rounds 5]  # CPU
 
 `export` writes DIR/NAME-bBATCH.onnx for batches 1 and 32 (the batch is fixed in the file; the
 ONNX exporter of this torch writes static shapes) and DIR/NAME-bBATCH.npz with an input and
@@ -12,8 +12,9 @@ onnxruntime's outputs.  `run` loads each model with tilec (cold: a new cache fol
 the same folder again, in the same process), runs it with the outputs poisoned, compares with
 onnxruntime's outputs (max error over the output's largest magnitude), and times tilec (median
 of the kernels' OpenCL event times of one call) and torch eager (median CUDA event time of one
-forward) when torch sees a GPU.  One row a model is printed as soon as it is done: a run cut
-short still says what it measured."""
+forward) when torch sees a GPU.  With `--peer onnxruntime` both sides' wall times of one call
+are timed in turn, `--rounds` times, each figure the median over the rounds.  One row a model
+is printed as soon as it is done: a run cut short still says what it measured."""
 
 from __future__ import annotations
 
@@ -163,24 +164,53 @@ def _profile(exe, top: int) -> None:
               f"global {k.global_size} local {k.local_size}, tile {k.tile}", flush=True)
 
 
-def _ort_time(path: Path, feed: dict, repeat: int) -> float:
-    """onnxruntime's CPU provider, its default threads (every core, as PoCL uses): the median
-    wall time of one call."""
+def _ort_session(path: Path, feed: dict):
+    """onnxruntime's CPU provider, its default threads (every core, as PoCL uses): a call
+    taking no arguments, made once here (its first call builds what it caches)."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     sess.run(None, feed)
+    return lambda: sess.run(None, feed)
+
+
+def _median_wall(call, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        sess.run(None, feed)
+        call()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
+# Seconds between one side's calls and the other's: onnxruntime's workers spin on after a
+# call (as in `benchmarks/run.py --rounds`).
+PAUSE_S = 0.2
+
+
+def _alternated(exe, feed: dict, peer, repeat: int, rounds: int) -> tuple[float, float, float]:
+    """tilec (kernels' summed event time, wall) and the peer (wall), timed in turn `rounds`
+    times, `repeat` calls a side a round: each figure the median over the rounds of the
+    rounds' medians, so that the machine's slow and fast phases fall on both sides."""
+    ks, ws, ps = [], [], []
+    for _ in range(max(1, rounds)):
+        kern, wall = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            exe.run(feed)
+            wall.append(time.perf_counter() - t0)
+            kern.append(sum(exe.last.last_timings.values()))
+        ks.append(statistics.median(kern))
+        ws.append(statistics.median(wall))
+        time.sleep(PAUSE_S)
+        ps.append(_median_wall(peer, repeat))
+        time.sleep(PAUSE_S)
+    return statistics.median(ks), statistics.median(ws), statistics.median(ps)
+
+
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
         profile: int = 0, peer_name: str = "torch", chains: bool = True,
-        split_k: bool | int | None = None) -> None:
+        split_k: bool | int | None = None, rounds: int = 1) -> None:
     from host import cpu_model
 
     import tilec.onnx
@@ -218,22 +248,21 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             want = [data[k] for k in sorted(data.files) if k.startswith("out")]
             errs = [float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30))
                     for g, w in zip(got.values(), want, strict=False)]
-            times, walls = [], []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                exe.run(feed)
-                walls.append(time.perf_counter() - t0)
-                times.append(sum(exe.last.last_timings.values()))
-            ours = statistics.median(times)
             if peer_name == "onnxruntime":
-                wall = statistics.median(walls)
-                peer = _ort_time(path, {exe.inputs[0]: data["input"]}, repeat)
+                ours, wall, peer = _alternated(
+                    exe, feed, _ort_session(path, {exe.inputs[0]: data["input"]}), repeat,
+                    rounds)
                 print(f"| {name} | {_kernel_count(exe)} | {cold:.1f} s | {warm:.2f} s | "
                       f"{ours * 1e3:.3f} ms | {wall * 1e3:.3f} ms | {peer * 1e3:.3f} ms | "
                       f"{peer / wall:.2f} | {max(errs):.1e} |", flush=True)
                 if profile:
                     _profile(exe, profile)
                 continue
+            times = []
+            for _ in range(repeat):
+                exe.run(feed)
+                times.append(sum(exe.last.last_timings.values()))
+            ours = statistics.median(times)
             peer = _torch_time(name, batch, data["input"], repeat)
             ratio = f"{peer / ours:.2f}" if peer else "-"
             peer_text = f"{peer * 1e3:.3f} ms" if peer else "-"
@@ -257,6 +286,10 @@ def main() -> int:
     ap.add_argument("--batches", default="1,32", help="export: the batches to write")
     ap.add_argument("--device")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run with --peer onnxruntime: time tilec and onnxruntime in turn "
+                         "this many times (--repeat calls a side a round); each figure is the "
+                         "median over the rounds")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="run: after each model's row, its N slowest kernels")
     ap.add_argument("--peer", choices=["torch", "onnxruntime"], default="torch",
@@ -275,7 +308,7 @@ def main() -> int:
         export(args.folder, names, [int(b) for b in args.batches.split(",")])
     else:
         run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer,
-            chains=not args.no_chains, split_k=split_k)
+            chains=not args.no_chains, split_k=split_k, rounds=args.rounds)
     return 0
 
 
