@@ -87,9 +87,11 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
     # relaid filter a forced convolution tile got no vector lanes: 8x slower than the same
     # tile searched.  One that names the panels' indices (the cost log's `coi`, `coo`) is
     # packed as the search packs it, and applies to the statement that reads the panels.
-    forced = {op.output for op in program.ops if isinstance(op, ir.Contraction)
-              and forced_tile(config, op.output) is not None
-              and _as_written(forced_tile(config, op.output), op)}
+    forced = set()
+    for op in program.ops:
+        given = forced_tile(config, op.output) if isinstance(op, ir.Contraction) else None
+        if given is not None and not _unknown(given, op.indices):
+            forced.add(op.output)
 
     def grouped() -> set[str]:
         """Statements that become one attention or row kernel: matched as written."""
@@ -121,14 +123,12 @@ def _check_panel_tiles(config: Config, before: ir.Program, after: ir.Program,
     now = {op.output: op for op in after.ops if isinstance(op, ir.Contraction)}
     for op in before.ops:
         given = forced_tile(config, op.output) if isinstance(op, ir.Contraction) else None
-        if given is None or op.output in as_written or "*" in config.tiles:
+        if given is None or op.output in as_written:
             continue
         packed_op = now.get(op.output)
-        if packed_op is None or packed_op is op or _as_written(given, packed_op):
+        if packed_op is None or packed_op is op or not _unknown(given, packed_op.indices):
             continue  # not read in panels: the tile is checked where it is applied
-        known = set(op.indices) | set(packed_op.indices)
-        bad = sorted(n for n in given if n not in known and not all(
-            p in known for p in n.split("_")))
+        bad = _unknown(given, (*op.indices, *packed_op.indices))
         what = f"unknown index {', '.join(bad)}" if bad else \
             f"{', '.join(given)} mixes the two sets of indices"
         raise TileError(f"--tile for {op.output}: {what} (indices as written: "
@@ -181,11 +181,12 @@ def forced_tile(config: Config, output: str) -> Mapping[str, int] | None:
             or config.tiles.get("*"))
 
 
-def _as_written(forced: Mapping[str, int], op: ir.Contraction) -> bool:
-    """Whether a forced tile names only the statement's own indices (or flat indices merged
-    from them, `d0_d1`)."""
-    idx = set(op.indices)
-    return all(n in idx or all(part in idx for part in n.split("_")) for n in forced)
+def _unknown(forced: Mapping[str, int], indices) -> list[str]:
+    """The names of a forced tile that are neither among a statement's `indices` nor flat
+    indices merged from them (`d0_d1`)."""
+    idx = set(indices)
+    return sorted(n for n in forced
+                  if n not in idx and not all(part in idx for part in n.split("_")))
 
 
 def forced_sizes(forced: Mapping[str, int], flat) -> tuple[int, ...]:
