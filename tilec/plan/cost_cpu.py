@@ -51,6 +51,7 @@ import numpy as np
 from .cost_record import Cost, finish, ratios
 from .flat import FlatContraction
 from .layout import output_order, read_plan
+from .overlap import reread_factors
 from .schedule import moves_back, vector_candidates
 from .sweep import largest_panel, sweep_many, sweep_reuse
 
@@ -183,16 +184,21 @@ def score_cpu(flat: FlatContraction, hw: HwModel, lay: Any, base: dict, points: 
                             l1_bytes=hw.l1_bytes)[0])
     big = int(largest_panel(flat, T)[0][0])
     l2s, drs = l2b, dram
+    G = np.array([lay.groups], np.int64)
+    group_bytes = np.array([il * mr + mw], np.int64)
     for i, (t, plan, size) in enumerate(zip(flat.inputs, lay.inputs, c["sizes"], strict=True)):
         panel = il * plan.loads * hw.mem_width
         fresh = wg if (f is None or t.strides[f] != 0) else wg // gf
         again = wg - fresh
         once = reuse if i == big else 1  # as in `many_cpu`
         l2 = fresh * panel + (again * panel if panel > c["l1"] else 0)
-        l2b, l2s = l2b + l2, l2s + l2 // once
+        l2b += l2
         dram += (size if size <= c["l2h"] else fresh * panel) + (
             again * panel if panel > c["l2h"] else 0)
-        drs += (size if size <= c["l2h"] else fresh * panel // once) + (
+        new1, new2 = (float(a[0]) for a in reread_factors(
+            flat, t, T, G, list(outs), group_bytes, (c["l1"], c["l2h"])))
+        l2s += (int(fresh * panel * new1) + (again * panel if panel > c["l1"] else 0)) // once
+        drs += (size if size <= c["l2h"] else int(fresh * panel * new2) // once) + (
             again * panel // once if panel > c["l2h"] else 0)
 
     base = dict(base, vregs=vregs, l2_bytes=l2s, dram_bytes=drs, sweep=int(swept[0]))
@@ -272,6 +278,7 @@ def many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
                         l1_bytes=hw.l1_bytes)
     big, _ = largest_panel(flat, T)
     l2s, drs = l2b, dram
+    group_bytes = il * mr + mw
     for i, (t, ld, size) in enumerate(zip(flat.inputs, loads, c["sizes"], strict=True)):
         panel = il * ld * hw.mem_width
         dep = np.array([t.strides[kk] != 0 for kk in outs] or [True])
@@ -283,7 +290,13 @@ def many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
         dr = (size if size <= c["l2h"] else fresh * panel) + np.where(
             panel > c["l2h"], again * panel, 0)
         l2b, dram = l2b + l2, dram + dr
-        l2s, drs = l2s + l2 // once, drs + (size if size <= c["l2h"] else fresh * panel // once) \
+        # The kernel's own traffic leaves out what a neighbouring work-item's window read
+        # and the cache still holds (`overlap`); PlaidML's score keeps its count.
+        new1, new2 = reread_factors(flat, t, T, G, outs, group_bytes, (c["l1"], c["l2h"]))
+        l2s = l2s + ((fresh * panel * new1).astype(np.int64)
+                     + np.where(panel > c["l1"], again * panel, 0)) // once
+        drs = drs + (size if size <= c["l2h"] else
+                     (fresh * panel * new2).astype(np.int64) // once) \
             + np.where(panel > c["l2h"], again * panel // once, 0)
 
     status = np.where((hw.registers > 0) & (vregs > hw.registers) | (res["or"] > hw.max_regs),
