@@ -11,7 +11,7 @@ imports the tree's tilec (PYTHONPATH), loads the target with the tree's own cach
 after the first round), checks the output (against `out0`, or numpy's product) with the
 outputs poisoned first, and times `--calls` calls.  Reported per target: the median over
 rounds of each block's median wall time and of its kernels' summed event times, their ratio
-(new / old), and each kernel whose tile or work-group count differs between the trees with
+(new / old), and each kernel whose tile, work-group count or code differs between the trees with
 its minimum and median event time in each; the last column says whether the two trees'
 kernel text is the same (a row whose code is the same shows the machine's noise).  Blocks in
 separate processes keep the trees' modules apart; alternating them lets both see the
@@ -67,10 +67,16 @@ for _ in range(calls):
     sums.append(sum(times.values()))
     for k, v in times.items():
         per.setdefault(k, []).append(v)
-kernels = {k.name: [str(k.tile), int(k.global_size)] for k in info.kernels}
 import hashlib, re
 source = (info.executable if hasattr(info, "executable") else info).source
 source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)  # the code, not its cost comments
+texts = {}
+for part in re.split(r"(?=__kernel)", source):
+    m = re.search(r"void\s+(\w+)\s*\(", part)
+    if m:
+        texts[m.group(1)] = hashlib.sha256(part.encode()).hexdigest()[:12]
+kernels = {k.name: [str(k.tile), int(k.global_size), texts.get(k.name, "")]
+           for k in info.kernels}
 print(json.dumps({"wall": float(np.median(walls)), "sum": float(np.median(sums)), "err": err,
                   "per": per, "kernels": kernels,
                   "code": hashlib.sha256(source.encode()).hexdigest()}))
@@ -130,6 +136,7 @@ def main() -> int:
         ko, kn = o[0]["kernels"], n[0]["kernels"]
         for k in ko:
             if k in kn and ko[k] != kn[k]:
+                how = "" if ko[k][:2] != kn[k][:2] else " (the same tile, its code differs)"
                 to = [t for r in o for t in r["per"].get(k, [])]
                 tn = [t for r in n for t in r["per"].get(k, [])]
                 if to and tn:
@@ -137,8 +144,8 @@ def main() -> int:
                                  f"{min(tn) * 1e3:.3f} ms, median "
                                  f"{statistics.median(to) * 1e3:.3f} -> "
                                  f"{statistics.median(tn) * 1e3:.3f}; {ko[k][0]} ({ko[k][1]} "
-                                 f"work-groups) -> {kn[k][0]} ({kn[k][1]})")
-    print("\n".join(notes) or "(no kernel's tile or work-groups differ)")
+                                 f"work-groups) -> {kn[k][0]} ({kn[k][1]}){how}")
+    print("\n".join(notes) or "(no kernel's tile, work-groups or code differ)")
     return 0
 
 

@@ -113,4 +113,7 @@ def test_shifted_tiles_compute_the_reference(name, forced):
     tiles = {"*": tile} if forced and tile else {}
     exe = run_case(src, shapes, tiles=tiles, use_disk_cache=False, use_tuning_records=False)
     if forced and tile and exe.hw.kind == "cpu":
-        assert any("min((grp % " in s.text for s in exe.sources)
+        # Moved back, or (one index a kernel) run as a narrower tile of its own
+        # (`test_edge_tiles`).
+        assert any("min((grp % " in s.text or "with code of its own" in s.text
+                   for s in exe.sources)

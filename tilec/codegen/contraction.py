@@ -20,6 +20,7 @@ from .address import kernel_args
 from .clexpr import plain_vector_access
 from .contraction_in import Inputs
 from .contraction_out import Outputs
+from .edge import edge_code, edge_index
 from .interior import Interior, lane_edge, steered_offset
 from .kernel_text import (
     KernelArg,
@@ -64,8 +65,13 @@ UNROLL_LANE_EDGE_POINTS = 64
 class _Contraction(Inputs, Outputs):
     def __init__(self, kernel: ContractionKernel, sched: Schedule, program: ir.Program,
                  cost_lines: list[str], muladd: str = "fma", plain_vectors: bool = False,
-                 cpu: bool = False, line_bytes: int = 64, l2_bytes: int = 0):
+                 cpu: bool = False, line_bytes: int = 64, l2_bytes: int = 0,
+                 edge_of: tuple[int, int, int] | None = None):
         self.kernel = kernel
+        # (k, tile, count) where this is the code of the last tile along output index k
+        # (`edge_index`): a narrower tile than the kernel's, at the origin of the kernel's
+        # count-th tile of its width.
+        self.edge_of = edge_of
         self.line_bytes, self.l2_bytes = line_bytes, l2_bytes  # `prefetch`
         self.muladd = muladd  # the hardware model's mul-add form (clexpr.muladd)
         self.plain_vectors = plain_vectors  # `plain_vector_access`
@@ -85,6 +91,9 @@ class _Contraction(Inputs, Outputs):
         self.out_idx = list(f.out_indices)
         self.red_idx = list(f.reduce_indices)
         self.counts = sched.counts()
+        if edge_of is not None:
+            self.counts = tuple(edge_of[2] if k == edge_of[0] else c
+                                for k, c in enumerate(self.counts))
         self.acc = sched.acc_counts()
         out_t = program.tensors[kernel.op.output]
         self.dtype = out_t.dtype
@@ -119,6 +128,12 @@ class _Contraction(Inputs, Outputs):
             sched.sweep is not None and self.interior_split and not self.pipe and
             not self.split and sched.run is None and not (sched.staged and any(sched.staged))
             and not sched.dot and not self.need_hit and kernel.op.default is None) else None
+        self.edge_k = edge_of[0] if edge_of is not None else edge_index(self)
+
+    def edge_width(self) -> int:
+        """What the range leaves for the last tile along `edge_k`."""
+        k = self.edge_k
+        return self.flat.ranges[k] - (self.counts[k] - 1) * self.sched.tile[k]
 
     # positions -----------------------------------------------------------------------------
     def pos(self, k: int, a: int) -> str:
@@ -145,8 +160,11 @@ class _Contraction(Inputs, Outputs):
                 out.append(f"const int g_{n} = (grp % {many}) * "
                            f"{s.tile[k] * self.sweep.tiles}; grp /= {many};")
                 continue
-            origin = f"(grp % {self.counts[k]}) * {s.tile[k]}"
-            if s.shifted(k):  # the last tile ends at the range's end (`Schedule.shift`)
+            step = self.edge_of[1] if self.edge_of and k == self.edge_of[0] else s.tile[k]
+            origin = f"(grp % {self.counts[k]}) * {step}"
+            if s.shifted(k) and k != self.edge_k:
+                # The last tile ends at the range's end (`Schedule.shift`), unless it has
+                # code of its own (`edge_index`).
                 origin = f"min({origin}, {f.ranges[k] - s.tile[k]})"
             out.append(f"const int o_{n} = {origin}; grp /= {self.counts[k]};")
         out.append("int thr = get_local_id(0);")
@@ -383,6 +401,31 @@ class _Contraction(Inputs, Outputs):
             lo, hi = self.offset_bounds(t.strides, t.offset)
             check_int_offsets(f"tensor {t.name} of `{k_.op.text}`", lo,
                               max(hi + self.W - 1, t.size))
+        ctx, groups, args = self.context()
+        ctx["edge"] = edge_code(self)
+        # The vector types unaligned reads use, known once all is written: before the edge
+        # code where there is one, else at the top of the prologue.
+        if ctx["edge"]:
+            ctx["typedefs"] = list(self.typedefs)
+        else:
+            ctx["prologue"] = list(self.typedefs) + ctx["prologue"]
+        text = template_env().get_template("contraction.cl.j2").render(k=ctx)
+        wg = s.wg_threads
+        tile = dict(zip(f.names, s.tile, strict=True))
+        # Two flops per index point, plus each post-op once per output element.
+        flops = 2 * f.points + k_.post_op_count * self.program.tensors[k_.op.output].size
+        return KernelSource(k_.name, "contraction", text, tuple(args), groups * wg, wg, tile,
+                            "\n".join(self.cost_lines), flops)
+
+    def render_body(self) -> str:
+        """The kernel's statements alone (`edge_code` puts them in another kernel)."""
+        ctx, _, _ = self.context()
+        ctx["edge"], ctx["body_only"], ctx["typedefs"] = None, True, []
+        return template_env().get_template("contraction.cl.j2").render(k=ctx)
+
+    def context(self) -> tuple[dict, int, list[KernelArg]]:
+        """The template's context, the work-groups and the kernel's arguments."""
+        f, s, k_ = self.flat, self.sched, self.kernel
         args = self.args()
         bufs, staging, staging_pre = self.staging()
         epilogue, combine = self.epilogue(), []
@@ -420,6 +463,9 @@ class _Contraction(Inputs, Outputs):
                            f" per output thread, combined in local memory")
         if self.sweep:
             comment.append(self.sweep.describe(f, s.tile[self.sweep.index]))
+        if self.edge_k is not None and self.edge_of is None:
+            comment.append(f"edge: the last tile along {f.names[self.edge_k]} is "
+                           f"{self.edge_width()} wide, with code of its own")
         if k_.post_ops:
             comment.append("post-ops: " + "; ".join(p.text for p in k_.post_ops))
         comment += [""] + f.table().splitlines()
@@ -437,14 +483,9 @@ class _Contraction(Inputs, Outputs):
                 "at": inside.at, "head": inside.head(), "cond": inside.cond,
                 "body": self.body(inside, clean=True)},
             "pipe": self.pipe.parts(self.copies) if self.pipe else None,
-            "sweep": sweep,
+            "sweep": sweep, "body_only": False, "edge": None, "typedefs": [],
         }
-        ctx["prologue"] = list(self.typedefs) + ctx["prologue"]  # known once all is written
-        text = template_env().get_template("contraction.cl.j2").render(k=ctx)
-        # Two flops per index point, plus each post-op once per output element.
-        flops = 2 * f.points + k_.post_op_count * self.program.tensors[k_.op.output].size
-        return KernelSource(k_.name, "contraction", text, tuple(args), groups * wg, wg, tile,
-                            "\n".join(self.cost_lines), flops)
+        return ctx, groups, args
 
     def args(self) -> list[KernelArg]:
         k_, p = self.kernel, self.program

@@ -45,7 +45,7 @@ from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
 from .read_curve import rate_at
-from .schedule import windowed
+from .schedule import distinct_points, windowed
 
 PAGE_BYTES = 4096  # a memory page: hardware prefetchers follow a stream within one
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
@@ -87,6 +87,30 @@ class CpuCoefficients:
 
 
 DEFAULT = CpuCoefficients()
+
+
+def edge_work(flat: FlatContraction, T: np.ndarray, u: int | None, shift: bool) -> np.ndarray:
+    """A work-item's mean work against a whole tile's, where the last, partial tile along
+    one output index has code of its own (`codegen.contraction`'s `edge_index`: the index
+    other than the vector's whose moved-back tile repeats the most points): its register
+    tile is as wide as the range's rest, counted at no less than half a tile (fewer
+    accumulators hide less latency)."""
+    n = T.shape[0]
+    if not shift:
+        return np.ones(n)
+    best, work = np.ones(n), np.ones(n)
+    for k in flat.out_indices:
+        if k == u:
+            continue
+        r, t = flat.ranges[k], T[:, k]
+        count = -(-r // t)
+        ragged = (t < r) & (r % t != 0)
+        waste = count * t / r
+        rest = (r - (count - 1) * t) / t
+        take = ragged & (waste > best)
+        best = np.where(take, waste, best)
+        work = np.where(take, (count - 1 + np.maximum(rest, 0.5)) / count, work)
+    return work
 
 
 def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
@@ -163,7 +187,7 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
     clock = hw.peak_gflops * 1e9 / (cores * 2.0 * 2.0 * native)
     items = wg / swept  # work-items, each `swept` tiles
     waves = np.ceil(items / cores)
-    compute = waves * swept * item / clock
+    compute = waves * swept * item / clock * edge_work(flat, T, u, distinct_points(flat))
 
     l1_bw = (hw.l1_gbs or 4 * hw.bandwidth_gbs) * 1e9
     l2_bw = (hw.l2_gbs or 2 * hw.bandwidth_gbs) * 1e9

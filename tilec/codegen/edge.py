@@ -1,0 +1,61 @@
+"""The last, partial tile along one output index with code of its own (CPU contractions).
+
+A CPU schedule moves the last tile along an index its tile does not divide back, to end where
+the range ends (`Schedule.shift`): a 7-wide row in tiles of 4 computes 8 columns, one of them
+twice, a 13-wide one 16.  With code of its own the last work-group along that index runs a
+register tile as wide as the range's rest (3, or 1) instead.  The kernel then holds the loops
+twice: `if (last along y) { the 3-wide tile; return; }` before the 4-wide one.  resnet18's
+7x7x512 3x3 convolutions (tiles of 4 pixels x 16 channels) repeated 1 point in 8, its 14x14
+ones 1 in 15 (tiles of 5), squeezenet's 13x13 1x1 convolutions 3 in 16."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+
+def edge_index(c: Any) -> int | None:
+    """The output index of contraction `c` (a `contraction._Contraction`) whose last, partial
+    tile gets code of its own, or None: CPU kernels that read through the cache without
+    barriers (the edge code returns early), never the vector index (its lanes fix the tile's
+    steps) nor a swept one; where several are partial, the one repeating the most points
+    (`predict_cpu.edge_work` counts the same one)."""
+    s, f = c.sched, c.flat
+    if not c.cpu or not s.shift or c.pipe or c.split or s.run is not None or \
+            (s.staged and any(s.staged)) or s.wg_threads != 1:
+        return None
+    best, waste = None, 0.0
+    for k in c.out_idx:
+        if k == c.v or not s.shifted(k) or (c.sweep and k == c.sweep.index):
+            continue
+        w = c.counts[k] * s.tile[k] / f.ranges[k]
+        if w > waste:
+            best, waste = k, w
+    return best
+
+
+def edge_code(c: Any) -> dict | None:
+    """The template's `edge` block of contraction `c`: when its work-group is the last along
+    `c.edge_k`, the code of a tile as wide as the range's rest (rendered by a second
+    contraction of that tile, placed at the origin the kernel's own tiles give that group),
+    then return."""
+    k = c.edge_k
+    if k is None or c.edge_of is not None:
+        return None
+    s, f = c.sched, c.flat
+    width = c.edge_width()
+    tile = tuple(width if j == k else t for j, t in enumerate(s.tile))
+    edge = type(c)(c.kernel, replace(s, tile=tile), c.program, [], c.muladd, c.plain_vectors,
+                   c.cpu, c.line_bytes, c.l2_bytes, edge_of=(k, s.tile[k], c.counts[k]))
+    body = edge.render_body().strip("\n")
+    # The work-group's place along k, decoded as the prologue decodes it.
+    step = 1
+    for j in s.group_order or c.out_idx:
+        if j == k:
+            break
+        step *= c.counts[j] // (c.sweep.tiles if c.sweep and j == c.sweep.index else 1)
+    gid = "get_group_id(0)" if step == 1 else f"get_group_id(0) / {step}"
+    c.typedefs.update(edge.typedefs)
+    return {"index": f.names[k], "size": width,
+            "cond": f"({gid}) % {c.counts[k]} == {c.counts[k] - 1}",
+            "text": "\n".join("    " + ln if ln.strip() else ln for ln in body.splitlines())}
