@@ -137,12 +137,12 @@ def test_merged_text_runs_each_part_on_its_own_work_groups():
     assert canonical(m, tensors) != canonical(merge([b, a]), tensors)
 
 
-def fire_graph(branches: int = 2):
+def fire_graph(branches: int = 2, size: int = 9):
     """A fire module's shape: a squeeze 1x1 convolution read by `branches` convolutions
     (1x1 and padded 3x3, alternating) whose outputs are concatenated, then a 1x1
     convolution of the concatenation."""
     g = Graph("fire")
-    x = g.input("x", (1, 8, 9, 9))
+    x = g.input("x", (1, 8, size, size))
     s = ops.relu(ops.conv2d(x, g.constant(rand(6, 8, 1, 1)), g.constant(rand(6))))
     outs = []
     for i in range(branches):
@@ -151,7 +151,7 @@ def fire_graph(branches: int = 2):
                                         padding=k // 2)))
     cat = ops.concat(outs, axis=1)
     g.output("y", ops.conv2d(cat, g.constant(rand(4, 8 * branches, 1, 1))))
-    return g, {"x": rand(1, 8, 9, 9)}
+    return g, {"x": rand(1, 8, size, size)}
 
 
 @needs_device
@@ -173,6 +173,21 @@ def test_fire_module_shares_launches_on_the_cpu(branches):
     # Another input, another call: the shared launch computes it, not the last call's values.
     other = {"x": rand(1, 8, 9, 9)}
     close(exes[True].run(other)["y"], g.evaluate(**other)["y"], rtol=1e-4)
+
+
+@needs_device
+def test_shared_launches_run_their_parts_edge_tiles():
+    # 13 x 13 images: rows in tiles that leave a partial one, whose code of its own
+    # (`codegen.edge`) returns early and tells its work-groups by `get_group_id(0)`: both
+    # must hold inside a part of a shared launch.
+    g, arrays = fire_graph(2, size=13)
+    want = g.evaluate(**arrays)
+    exe, outs = run(g, arrays, passes=True, config=Config(
+        device="Portable", sibling_launches=True, use_disk_cache=False, chains=False,
+        tiles={"relu_1_acc": {"ci": 6, "co": 8, "x0": 1, "x1": 4}}))
+    close(outs["y"], want["y"], rtol=1e-4)
+    merged = [k for k in exe.executable.sources if k.name.startswith("siblings_")]
+    assert merged and "with code of its own" in merged[0].text
 
 
 @needs_device
