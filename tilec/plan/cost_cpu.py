@@ -35,7 +35,10 @@ and the score is the product of six ratios, each in (0, 1]:
   tiles one reduction block at a time), the largest input's block is read from L2 once for all
   of them if it stays in L1 while each tile runs (`sweep.sweep_reuse`): the reported
   l2_bytes and dram_bytes, which the time model uses, count that; the score keeps PlaidML's
-  one tile a work-item.
+  one tile a work-item.  They also count once what a window's work-item shares with its
+  neighbour along an output index (a stride-2 pool's shared column) where the work-items
+  between the two read less than the cache holds (`overlap`: L1 for the L2 bytes, half of
+  L2 for the DRAM bytes).
 * occ_ratio and thread_ratio as on GPUs (goal_groups = groups that keep every core busy).
 
 For a matmul on pocl-cpu (AVX2: 16 registers, v=8) this picks 4x16 register tiles (6x16 when
