@@ -34,6 +34,12 @@ def edge_index(c: Any) -> int | None:
     return best
 
 
+def edge_width(c: Any) -> int:
+    """What the range leaves for the last tile along `c.edge_k`."""
+    k = c.edge_k
+    return c.flat.ranges[k] - (c.counts[k] - 1) * c.sched.tile[k]
+
+
 def edge_code(c: Any) -> dict | None:
     """The template's `edge` block of contraction `c`: when its work-group is the last along
     `c.edge_k`, the code of a tile as wide as the range's rest (rendered by a second
@@ -43,7 +49,7 @@ def edge_code(c: Any) -> dict | None:
     if k is None or c.edge_of is not None:
         return None
     s, f = c.sched, c.flat
-    width = c.edge_width()
+    width = edge_width(c)
     tile = tuple(width if j == k else t for j, t in enumerate(s.tile))
     edge = type(c)(c.kernel, replace(s, tile=tile), c.program, [], c.muladd, c.plain_vectors,
                    c.cpu, c.line_bytes, c.l2_bytes, edge_of=(k, s.tile[k], c.counts[k]))
