@@ -71,6 +71,10 @@ class Config:
     # False: always / never.  Graph and ONNX compiles only (they say which inputs are
     # constants; a `.tile` compile keeps one kernel a launch).
     sibling_launches: bool | None = None
+    # CPU contractions: the last, partial tile along one output index (a 7-wide row in tiles
+    # of 4) runs a register tile as wide as the range's rest, with code of its own
+    # (`codegen.edge`); False: it moves back and repeats points, one copy of the loops less.
+    edge_tiles: bool = True
     # A chain's repeating stages (a recurrent layer's steps) written as one loop over the
     # passes (`codegen.roll`): the text, and its build, is one step's; False: written out.
     chain_loops: bool = True

@@ -100,3 +100,25 @@ def test_edge_tiles_compute_the_reference(name):
                    use_tuning_records=False)
     if exe.hw.kind == "cpu":
         assert any("with code of its own" in s.text for s in exe.sources), name
+
+
+@needs_device
+def test_edge_code_and_moved_back_tiles_agree():
+    # The same tile built both ways (`Config.edge_tiles`), run on the same random inputs with
+    # the outputs poisoned, each checked against numpy and the two against each other.
+    from tilec.compiler import compile as tile_compile
+
+    from .test_kernels import check_run
+
+    src, shapes, tile = RUNS["same_conv_two_partial"]
+    outs = {}
+    for on in (True, False):
+        exe = tile_compile(src, shapes, config=Config(
+            tiles={"*": tile}, use_disk_cache=False, use_tuning_records=False, edge_tiles=on))
+        text = "".join(s.text for s in exe.sources)
+        if exe.hw.kind == "cpu":
+            assert ("with code of its own" in text) == on
+        _, outs[on] = check_run(exe, seed=3)
+    for name in outs[True]:
+        assert (outs[True][name] == outs[False][name]).all() or \
+            abs(outs[True][name] - outs[False][name]).max() < 1e-5

@@ -60,10 +60,11 @@ def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
                  tile: tuple[int, ...], threads: int | None, variant: str = ""):
     """The schedule of one contraction tile under the config's codegen options (what compile
     builds, and what `tilec tune` times)."""
-    return make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
-                         staging=config.staging, threads=threads,
-                         split_reduction=config.split_reduction,
-                         gpu_forms=config.gpu_forms, variant=variant)
+    sched = make_schedule(kernel.flat, tile, hw, vec=config.vector_width,
+                          staging=config.staging, threads=threads,
+                          split_reduction=config.split_reduction,
+                          gpu_forms=config.gpu_forms, variant=variant)
+    return sched if config.edge_tiles else replace(sched, edges=False)
 
 
 def packed(program: ir.Program, hw: HwModel, config: Config,

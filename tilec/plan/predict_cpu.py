@@ -45,7 +45,7 @@ from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
 from .read_curve import rate_at
-from .schedule import distinct_points, windowed
+from .schedule import EDGE_WASTE, distinct_points, windowed
 
 PAGE_BYTES = 4096  # a memory page: hardware prefetchers follow a stream within one
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
@@ -104,8 +104,8 @@ def edge_work(flat: FlatContraction, T: np.ndarray, u: int | None, shift: bool) 
             continue
         r, t = flat.ranges[k], T[:, k]
         count = -(-r // t)
-        ragged = (t < r) & (r % t != 0)
         waste = count * t / r
+        ragged = (t < r) & (r % t != 0) & (waste >= EDGE_WASTE)
         rest = (r - (count - 1) * t) / t
         take = ragged & (waste > best)
         best = np.where(take, waste, best)

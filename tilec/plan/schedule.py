@@ -37,6 +37,14 @@ class Staged:
     parts: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
+# The last, partial tile along an output index gets code of its own (`codegen.edge`) where
+# the moved-back tiles compute this many points or more for each one of the range: a second
+# copy of the loops costs PoCL 0.5-0.9 s to generate a 3x3 convolution's code, which a
+# 56-wide row in tiles of 3 (57 points computed for 56, 1.02) does not win back (the seed conv
+# within noise on the Zen 3), where a 7-wide one in tiles of 4 (1.14) ran 0.77 of the time.
+EDGE_WASTE = 1.04
+
+
 @dataclass(frozen=True)
 class Schedule:
     flat: FlatContraction
@@ -70,6 +78,9 @@ class Schedule:
     # CPU models: one work-item runs several register tiles along an output index, each
     # reduction block at a time (`sweep.choose_sweep`); None: one tile a work-item.
     sweep: Sweep | None = None
+    # CPU models: the last, partial tile along one output index runs code of its own
+    # (`codegen.edge`); False: it moves back (`shift`) like the others (`Config.edge_tiles`).
+    edges: bool = True
 
     def shifted(self, k: int) -> bool:
         """Whether output index k's last tile is moved back (`shift`)."""
