@@ -11,7 +11,7 @@ import pytest
 from tilec.compiler import compile as tile_compile
 from tilec.config import Config
 from tilec.plan.hw import HwModel
-from tilec.plan.schedule import ROLLED, UNPIPELINED, make_schedule
+from tilec.plan.schedule import MOVED_BACK, ROLLED, UNPIPELINED, make_schedule
 from tilec.tune.measure import tune
 from tilec.tune.records import DeviceKey, TuneRecord
 
@@ -97,6 +97,32 @@ def test_cpu_tiles_are_timed_with_their_reduction_loops_rolled(tmp_path):
     assert set(exe.tuned) == {"contract_R"} and "#pragma unroll" not in exe.source
     rng = np.random.default_rng(5)
     arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in DW_SHAPES.items()}
+    outs = exe.run(arrays, poison=True)
+    v = exe.check(exe._inputs(arrays), outs)
+    assert v.ok, v.worst
+
+
+@needs_device
+def test_cpu_edge_tiles_are_timed_moved_back_too(tmp_path):
+    # 7 rows in tiles of 4: the last tile has code of its own (`codegen.edge`); tune times the
+    # tile as compiled, its loops rolled, and its partial tile moved back, and keeps the
+    # fastest for later compiles.
+    shapes = {"D": (1, 7, 10, 16), "K": (3, 3, 16)}
+    config = Config(records_path=tmp_path / "r.jsonl", hw="pocl-cpu",
+                    tiles={"*": {"x": 4, "y": 5, "c": 16}})
+    report = tune(DEPTHWISE, shapes, config=config, top_k=1,
+                  timer=lambda c: 1e-3 if c.variant == MOVED_BACK else 2e-3)
+    (k,) = report.kernels
+    got = [(m.candidate.variant, m.status) for m in k.results]
+    assert got == [("", "ok"), (ROLLED, "ok"), (MOVED_BACK, "ok")]
+    assert "with code of its own" in k.results[0].candidate.source.text
+    assert "with code of its own" not in k.results[2].candidate.source.text
+    assert k.record.variant == MOVED_BACK
+
+    exe = tile_compile(DEPTHWISE, shapes, config=replace(config, tiles={}))
+    assert set(exe.tuned) == {"contract_R"} and "with code of its own" not in exe.source
+    rng = np.random.default_rng(6)
+    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     outs = exe.run(arrays, poison=True)
     v = exe.check(exe._inputs(arrays), outs)
     assert v.ok, v.worst

@@ -266,7 +266,8 @@ def _pow2_divisor(n: int, cap: int) -> int:
 # Code variants of a tile that `tilec tune` may time and its records name ("": the default).
 UNPIPELINED = "unpipelined"  # the reduction loop not pipelined where the GPU forms would
 ROLLED = "rolled"  # the reduction loops not unrolled
-VARIANTS = ("", UNPIPELINED, ROLLED)
+MOVED_BACK = "moved-back"  # a CPU kernel's partial last tile moved back, no edge code
+VARIANTS = ("", UNPIPELINED, ROLLED, MOVED_BACK)
 
 
 def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
@@ -281,7 +282,8 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     memory, False = never, True = wherever inputs are staged.  `variant` (`VARIANTS`, which
     `tilec tune` times): UNPIPELINED keeps the reduction loop unpipelined where the forms would
     pipeline it (the registers the pipelined loop holds can cost a compute unit work-groups),
-    ROLLED leaves the reduction loops rolled."""
+    ROLLED leaves the reduction loops rolled, MOVED_BACK gives a CPU kernel's partial last
+    tile no code of its own (`codegen.edge`)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown code variant {variant!r}")
     width = hw.vec_size if vec is None else vec
@@ -340,6 +342,8 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
             sched = replace(sched, sweep=choose_sweep(
                 flat, tuple(tile), hw, vec_index=vec_index, lanes=lanes, acc_points=points,
                 es=4, groups=sched.groups(), fastest=go[0] if go else None))
+    if variant == MOVED_BACK:
+        return replace(sched, edges=False)
     return replace(sched, rolled=True) if variant == ROLLED else sched
 
 

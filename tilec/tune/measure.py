@@ -38,7 +38,7 @@ from ..plan.fuse import ContractionKernel, KernelPlan, fuse_attention, plan_kern
 from ..plan.hw import HwModel
 from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
-from ..plan.schedule import ROLLED, UNPIPELINED
+from ..plan.schedule import MOVED_BACK, ROLLED, UNPIPELINED
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
 from ..runtime.device import Runtime, hw_model_for
 from ..runtime.registers import register_counter
@@ -227,15 +227,18 @@ def variant(kernel: ContractionKernel, plan: KernelPlan, hw: HwModel, config: Co
 VARIANT_TILES = 3
 
 
-def _variant_of(k: ContractionKernel, hw: HwModel, config: Config, c: Candidate,
-                threads: int) -> str:
-    """The code variant worth timing for a measured candidate ("" none)."""
+def _variants_of(k: ContractionKernel, hw: HwModel, config: Config, c: Candidate,
+                 threads: int) -> list[str]:
+    """The code variants worth timing for a measured candidate (none: [])."""
     tile = tuple(t for _, t in c.tile)
     if schedule_for(k, hw, config, tile, threads).pipeline:
-        return UNPIPELINED
-    if hw.kind == "cpu" and "#pragma unroll" in c.source.text:
-        return ROLLED
-    return ""
+        return [UNPIPELINED]
+    if hw.kind != "cpu":
+        return []
+    found = [ROLLED] if "#pragma unroll" in c.source.text else []
+    if "with code of its own" in c.source.text:  # its edge tile (`codegen.edge`)
+        found.append(MOVED_BACK)
+    return found
 
 
 def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: HwModel,
@@ -283,17 +286,19 @@ def _tune_contraction(run: Runner, k: ContractionKernel, plan: KernelPlan, hw: H
         results = _measure_more(run, results, extra)
     # Code variants of the fastest tiles, where they apply: on GPUs the pipelined loop
     # unpipelined (the registers it holds can cost a compute unit work-groups), on CPUs the
-    # unrolled reduction loops rolled (LLVM can spill the unrolled ones).  The model does not
-    # see either; the measurement decides.
-    extra = []
+    # unrolled reduction loops rolled (LLVM can spill the unrolled ones) and a partial last
+    # tile moved back instead of run by code of its own.  The model does not see them; the
+    # measurement decides.
+    extra, varied = [], 0
     tile_ok = [m for m in results if m.status == "ok" and m.candidate.phase == "tile"]
     for m in sorted(tile_ok, key=lambda m: m.seconds):
         tile = tuple(t for _, t in m.candidate.tile)
         threads = m.candidate.threads or default_threads
-        code = _variant_of(k, hw, config, m.candidate, threads)
-        if len(extra) < VARIANT_TILES and code:
-            extra.append(cand(m.candidate.rank, tile, m.candidate.score, threads, "variant",
-                              code))
+        codes = _variants_of(k, hw, config, m.candidate, threads)
+        if varied < VARIANT_TILES and codes:
+            varied += 1
+            extra += [cand(m.candidate.rank, tile, m.candidate.score, threads, "variant", code)
+                      for code in codes]
     if extra:
         results = _measure_more(run, results, extra)
     ok = [m for m in results if m.status == "ok"]
