@@ -134,7 +134,9 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
                    + ("; reduction loop pipelined (next tile read during this one, local "
                       "tiles double-buffered)" if s.pipeline else "")
                    + (f"; {s.sweep.describe(k.flat, chosen[s.sweep.index])}" if s.sweep
-                      else ""))
+                      else "")
+                   + (f"; the last tile along {names[e]} with code of its own"
+                      if hw.kind == "cpu" and (e := s.edge_index()) is not None else ""))
         out.append("")
     if cost_log:
         # Each kernel's part in one file: a searched kernel's with its predictions.

@@ -13,28 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..plan.schedule import EDGE_WASTE
-
 
 def edge_index(c: Any) -> int | None:
     """The output index of contraction `c` (a `contraction._Contraction`) whose last, partial
-    tile gets code of its own, or None: CPU kernels that read through the cache without
-    barriers (the edge code returns early), never the vector index (its lanes fix the tile's
-    steps) nor a swept one, and only where the moved-back tiles repeat enough points
-    (`EDGE_WASTE`); where several are partial, the one repeating the most
-    (`predict_cpu.edge_work` counts the same one)."""
-    s, f = c.sched, c.flat
-    if not c.cpu or not s.shift or not s.edges or c.pipe or c.split or s.run is not None or \
-            (s.staged and any(s.staged)) or s.wg_threads != 1:
-        return None
-    best, waste = None, 0.0
-    for k in c.out_idx:
-        if k == c.v or not s.shifted(k) or (c.sweep and k == c.sweep.index):
-            continue
-        w = c.counts[k] * s.tile[k] / f.ranges[k]
-        if w >= EDGE_WASTE and w > waste:
-            best, waste = k, w
-    return best
+    tile gets code of its own (`Schedule.edge_index`), or None (not a CPU model)."""
+    return c.sched.edge_index() if c.cpu else None
 
 
 def edge_width(c: Any) -> int:
