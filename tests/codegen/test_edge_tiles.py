@@ -122,3 +122,16 @@ def test_edge_code_and_moved_back_tiles_agree():
     for name in outs[True]:
         assert (outs[True][name] == outs[False][name]).all() or \
             abs(outs[True][name] - outs[False][name]).max() < 1e-5
+
+
+def test_explain_names_the_edge_the_kernel_has(tmp_path, capsys):
+    from tilec.cli.main import main
+
+    src = tmp_path / "conv.tile"
+    src.write_text(SAME_NHWC)
+    args = ["explain", str(src), "--shape", "D=1x7x7x64", "--shape", "K=3x3x64x64",
+            "--hw", "pocl-cpu"]
+    assert main([*args, "--tile", "x=1,y=4,co=16,ci=32,i=3,j=3"]) == 0
+    assert "the last tile along y with code of its own" in capsys.readouterr().out
+    assert main([*args, "--tile", "x=1,y=7,co=16,ci=32,i=3,j=3"]) == 0
+    assert "with code of its own" not in capsys.readouterr().out
