@@ -93,13 +93,7 @@ def test_cpu_tiles_are_timed_with_their_reduction_loops_rolled(tmp_path):
     assert "#pragma unroll" not in k.results[1].candidate.source.text
     assert k.record.variant == ROLLED
 
-    exe = tile_compile(DEPTHWISE, DW_SHAPES, config=replace(config, tiles={}))
-    assert set(exe.tuned) == {"contract_R"} and "#pragma unroll" not in exe.source
-    rng = np.random.default_rng(5)
-    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in DW_SHAPES.items()}
-    outs = exe.run(arrays, poison=True)
-    v = exe.check(exe._inputs(arrays), outs)
-    assert v.ok, v.worst
+    _replayed(config, DW_SHAPES, without="#pragma unroll")
 
 
 @needs_device
@@ -119,9 +113,15 @@ def test_cpu_edge_tiles_are_timed_moved_back_too(tmp_path):
     assert "with code of its own" not in k.results[2].candidate.source.text
     assert k.record.variant == MOVED_BACK
 
+    _replayed(config, shapes, without="with code of its own")
+
+
+def _replayed(config: Config, shapes: dict, without: str) -> None:
+    """A compile without the forced tile reads the record: the variant's code (`without`
+    absent from it), checked against numpy with its outputs poisoned."""
     exe = tile_compile(DEPTHWISE, shapes, config=replace(config, tiles={}))
-    assert set(exe.tuned) == {"contract_R"} and "with code of its own" not in exe.source
-    rng = np.random.default_rng(6)
+    assert set(exe.tuned) == {"contract_R"} and without not in exe.source
+    rng = np.random.default_rng(5)
     arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     outs = exe.run(arrays, poison=True)
     v = exe.check(exe._inputs(arrays), outs)
