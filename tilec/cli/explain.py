@@ -18,6 +18,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     from ..config import Config
     from ..lang.api import check_program
     from ..plan.attention import AttentionKernel
+    from ..plan.edges import edge_index
     from ..plan.flatten import describe
     from ..plan.fuse import ContractionKernel, fuse_attention, plan_kernels, use_halos
     from ..plan.hw import HwModel
@@ -136,7 +137,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
                    + (f"; {s.sweep.describe(k.flat, chosen[s.sweep.index])}" if s.sweep
                       else "")
                    + (f"; the last tile along {names[e]} with code of its own"
-                      if hw.kind == "cpu" and (e := s.edge_index()) is not None else ""))
+                      if hw.kind == "cpu" and (e := edge_index(s)) is not None else ""))
         out.append("")
     if cost_log:
         # Each kernel's part in one file: a searched kernel's with its predictions.

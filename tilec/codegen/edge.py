@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..plan.edges import edge_index as plan_edge_index
+
 
 def edge_index(c: Any) -> int | None:
     """The output index of contraction `c` (a `contraction._Contraction`) whose last, partial
-    tile gets code of its own (`Schedule.edge_index`), or None (not a CPU model)."""
-    return c.sched.edge_index() if c.cpu else None
+    tile gets code of its own (`plan.edges.edge_index`), or None (not a CPU model)."""
+    return plan_edge_index(c.sched) if c.cpu else None
 
 
 def edge_width(c: Any) -> int:

@@ -41,11 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost_cpu import cpu_consts, input_streams, vector_lanes, vector_reads
+from .edges import edge_work
 from .flat import FlatContraction
 from .hw import HwModel
 from .layout import output_order, thread_split
 from .read_curve import rate_at
-from .schedule import EDGE_WASTE, distinct_points, windowed
+from .schedule import distinct_points, windowed
 
 PAGE_BYTES = 4096  # a memory page: hardware prefetchers follow a stream within one
 # Indices into `predict.BOTTLENECKS` (compute, L2, DRAM, launch, registers, L1).
@@ -87,30 +88,6 @@ class CpuCoefficients:
 
 
 DEFAULT = CpuCoefficients()
-
-
-def edge_work(flat: FlatContraction, T: np.ndarray, u: int | None, shift: bool) -> np.ndarray:
-    """A work-item's mean work against a whole tile's, where the last, partial tile along
-    one output index has code of its own (`codegen.contraction`'s `edge_index`: the index
-    other than the vector's whose moved-back tile repeats the most points): its register
-    tile is as wide as the range's rest, counted at no less than half a tile (fewer
-    accumulators hide less latency)."""
-    n = T.shape[0]
-    if not shift:
-        return np.ones(n)
-    best, work = np.ones(n), np.ones(n)
-    for k in flat.out_indices:
-        if k == u:
-            continue
-        r, t = flat.ranges[k], T[:, k]
-        count = -(-r // t)
-        waste = count * t / r
-        ragged = (t < r) & (r % t != 0) & (waste >= EDGE_WASTE)
-        rest = (r - (count - 1) * t) / t
-        take = ragged & (waste > best)
-        best = np.where(take, waste, best)
-        work = np.where(take, (count - 1 + np.maximum(rest, 0.5)) / count, work)
-    return work
 
 
 def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,

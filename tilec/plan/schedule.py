@@ -37,14 +37,6 @@ class Staged:
     parts: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
-# The last, partial tile along an output index gets code of its own (`codegen.edge`) where
-# the moved-back tiles compute this many points or more for each one of the range: a second
-# copy of the loops costs PoCL 0.5-0.9 s to generate a 3x3 convolution's code, which a
-# 56-wide row in tiles of 3 (57 points computed for 56, 1.02) does not win back (the seed conv
-# within noise on the Zen 3), where a 7-wide one in tiles of 4 (1.14) ran 0.77 of the time.
-EDGE_WASTE = 1.04
-
-
 @dataclass(frozen=True)
 class Schedule:
     flat: FlatContraction
@@ -81,27 +73,6 @@ class Schedule:
     # CPU models: the last, partial tile along one output index runs code of its own
     # (`codegen.edge`); False: it moves back (`shift`) like the others (`Config.edge_tiles`).
     edges: bool = True
-
-    def edge_index(self) -> int | None:
-        """The output index whose last, partial tile runs code of its own (`codegen.edge`), or
-        None: CPU kernels that read through the cache without barriers (the edge code returns
-        early), never the vector index (its lanes fix the tile's steps) nor a swept one, and
-        only where the moved-back tiles repeat enough points (`EDGE_WASTE`); where several
-        are partial, the one repeating the most (`predict_cpu.edge_work` counts the same)."""
-        if not self.shift or not self.edges or self.pipeline or self.split > 1 or \
-                self.run is not None or any(st is not None for st in self.staged) or \
-                self.wg_threads != 1:
-            return None
-        best, waste = None, 0.0
-        for k in self.flat.out_indices:
-            if k == self.vec_index or not self.shifted(k) or \
-                    (self.sweep is not None and k == self.sweep.index):
-                continue
-            r = self.flat.ranges[k]
-            w = -(-r // self.tile[k]) * self.tile[k] / r
-            if w >= EDGE_WASTE and w > waste:
-                best, waste = k, w
-        return best
 
     def shifted(self, k: int) -> bool:
         """Whether output index k's last tile is moved back (`shift`)."""
