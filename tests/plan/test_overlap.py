@@ -104,8 +104,9 @@ def test_the_pool_reads_its_input_from_dram_once():
     for sizes in ({"c": 64, "i": 3, "j": 3}, {"c": 32, "i": 3, "j": 3, "y": 3}):
         tile = tuple(int(v) for v in _tile(flat, **sizes)[0])
         c = score(flat, tile, hw)
-        # (a little under: the first column of each row has no neighbour to share with)
-        assert c.dram_bytes == pytest.approx(size + out, rel=0.05)
+        # Never past the input once (the shared columns counted twice had made 1.9-2.4x),
+        # a little under it: the first column of each row has no neighbour to share with.
+        assert 0.95 * size + out <= c.dram_bytes <= size + out
         many = score_many(flat, np.array([tile]), hw)
         assert int(many["dram_bytes"][0]) == c.dram_bytes
         assert int(many["l2_bytes"][0]) == c.l2_bytes

@@ -52,10 +52,10 @@ def edge_code(c: Any) -> dict | None:
     body = edge.render_body().strip("\n")
     # The work-group's place along k, decoded as the prologue decodes it.
     step = 1
-    for j in s.group_order or c.out_idx:
+    for j in c.group_walk():
         if j == k:
             break
-        step *= c.counts[j] // (c.sweep.tiles if c.sweep and j == c.sweep.index else 1)
+        step *= c.group_count(j)
     gid = "get_group_id(0)" if step == 1 else f"get_group_id(0) / {step}"
     c.typedefs.update(edge.typedefs)
     return {"index": f.names[k], "size": width,
