@@ -3,12 +3,18 @@
 onnxruntime (the outputs) and torch eager in fp32 with TF32 off (the time).
 
     python benchmarks/zoo.py export DIR [--only NAME,..]           # needs torch, torchvision
+    python benchmarks/zoo.py export DIR --graph-only               # weights left out (below)
+    python benchmarks/zoo.py fill DIR                              # weights put back here
     python benchmarks/zoo.py run DIR [--device NVIDIA] [--batch 1] [--only NAME,..]
     python benchmarks/zoo.py run DIR --device Portable --peer onnxruntime [--rounds 5]  # CPU
 
 `export` writes DIR/NAME-bBATCH.onnx for batches 1 and 32 (the batch is fixed in the file; the
 ONNX exporter of this torch writes static shapes) and DIR/NAME-bBATCH.npz with an input and
-onnxruntime's outputs.  `run` loads each model with tilec (cold: a new cache folder; then warm:
+onnxruntime's outputs.  With `--graph-only` the large float initializers keep their shapes and
+lose their data (a model of a few kB, where the machine that exports cannot hand back files of
+the models' size); `fill` then gives them seeded random weights (He-scaled, so activations
+stay in range) on the machine that runs them and writes the npz's outputs from that machine's
+onnxruntime.  `run` loads each model with tilec (cold: a new cache folder; then warm:
 the same folder again, in the same process), runs it with the outputs poisoned, compares with
 onnxruntime's outputs (max error over the output's largest magnitude), and times tilec (median
 of the kernels' OpenCL event times of one call) and torch eager (median CUDA event time of one
@@ -95,7 +101,8 @@ def _modules():
     return out
 
 
-def export(folder: Path, names: list[str], batches: list[int]) -> None:
+def export(folder: Path, names: list[str], batches: list[int],
+           graph_only: bool = False) -> None:
     import onnxruntime as ort
     import torch
 
@@ -120,7 +127,56 @@ def export(folder: Path, names: list[str], batches: list[int]) -> None:
             feed = {sess.get_inputs()[0].name: x.numpy()}
             np.savez(folder / f"{name}-b{b}.npz", input=x.numpy(),
                      **{f"out{k}": o for k, o in enumerate(sess.run(None, feed))})
+            if graph_only:
+                _strip(path)
             print(f"exported {path.name}", flush=True)
+
+
+# Initializers above this many elements lose their data in a graph-only export.
+STRIPPED_ABOVE = 256
+STRIPPED = "tilec-zoo: weights left out"
+
+
+def _strip(path: Path) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    for t in model.graph.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT and int(np.prod(t.dims)) > STRIPPED_ABOVE:
+            t.ClearField("raw_data")
+            t.ClearField("float_data")
+            t.doc_string = STRIPPED
+    onnx.save(model, str(path))
+
+
+def fill(folder: Path, names: list[str] | None) -> None:
+    """Seeded random weights into a graph-only export's initializers; the npz's outputs anew."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    for path in sorted(folder.glob("*.onnx")):
+        if names and path.stem.rsplit("-b", 1)[0] not in names:
+            continue
+        model = onnx.load(str(path))
+        rng = np.random.default_rng(0)
+        todo = [t for t in model.graph.initializer if t.doc_string == STRIPPED]
+        for t in todo:
+            dims = tuple(t.dims)
+            # Biases and scales small; filters scaled by their fan-in (He) so that a deep
+            # network's activations neither vanish nor overflow.
+            scale = 0.1 if len(dims) == 1 else float(np.sqrt(2.0 / max(int(np.prod(dims[1:])), 1)))
+            t.CopyFrom(numpy_helper.from_array(
+                (rng.standard_normal(dims) * scale).astype(np.float32), t.name))
+        if not todo:
+            continue
+        onnx.save(model, str(path))
+        data = np.load(path.with_suffix(".npz"))
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outs = sess.run(None, {sess.get_inputs()[0].name: data["input"]})
+        np.savez(path.with_suffix(".npz"), input=data["input"],
+                 **{f"out{k}": o for k, o in enumerate(outs)})
+        print(f"filled {path.name} ({len(todo)} initializers)", flush=True)
 
 
 def _torch_time(name: str, batch: int, x: np.ndarray, repeat: int) -> float | None:
@@ -279,11 +335,13 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["export", "run"])
+    ap.add_argument("what", choices=["export", "fill", "run"])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--batches", default="1,32", help="export: the batches to write")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="export: leave the large weights' data out (`fill` puts random ones back)")
     ap.add_argument("--device")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1,
@@ -305,7 +363,9 @@ def main() -> int:
         else int(args.split_k)
     names = args.only.split(",") if args.only else VISION + OTHER
     if args.what == "export":
-        export(args.folder, names, [int(b) for b in args.batches.split(",")])
+        export(args.folder, names, [int(b) for b in args.batches.split(",")], args.graph_only)
+    elif args.what == "fill":
+        fill(args.folder, args.only.split(",") if args.only else None)
     else:
         run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer,
             chains=not args.no_chains, split_k=split_k, rounds=args.rounds)
