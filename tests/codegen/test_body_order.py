@@ -10,6 +10,10 @@ import re
 
 import pytest
 
+import tilec
+from tilec.codegen.generate import generate
+from tilec.config import Config
+from tilec.plan.fuse import plan_kernels
 from tilec.plan.hw import HwModel
 
 from ..device import needs_device
@@ -102,3 +106,31 @@ def test_gpu_models_write_every_load_first():
 ])
 def test_streamed_kernels_compute_the_reference(src, shapes):
     run_case(src, shapes)
+
+
+POOL_NHWC = """function (I[N, X, Y, C]) -> (O) {
+  O[n, x, y, c : N, X / 2, Y / 2, C] = >(I[n, 2*x + i, 2*y + j, c]), i < 2, j < 2;
+}"""
+POOL_TILE = {"O": {"c": 64, "i": 2, "j": 2, "x": 1, "y": 7}}  # N=1: n is no index
+LOAD = re.compile(r"const float16 x0_(\d+)_(\d+)_(\d+) = ")
+
+
+def test_a_cpu_tile_reads_each_input_in_memory_order():
+    """A 2x2 stride-2 pool's tile of 7 pixels x 4 channel vectors (NHWC): the loads go pixel
+    by pixel, the four channel vectors of one pixel together, as memory holds them, where the
+    point order (channel vector first) would read every other 256 bytes four times over."""
+    plan = plan_kernels(tilec.check_program(POOL_NHWC, {"I": (1, 28, 28, 64)}, "float32"))
+    sources, _ = generate(plan, avx512_cpu(), Config(use_disk_cache=False, tiles=POOL_TILE))
+    (text,) = [s.text for s in sources if s.kind == "contraction"]
+    assert "tile: c=64, i=2, j=2, x=1, y=7" in text
+    loads = [tuple(map(int, m.groups())) for m in LOAD.finditer(text)]
+    assert len(loads) == 28, text  # 4 channel vectors x 7 pixels
+    # Names give (channel vector, x, y); memory order is y, then the channel vector.
+    assert loads == sorted(loads, key=lambda t: (t[1], t[2], t[0])), loads
+    assert loads != sorted(loads), "the point order itself"
+
+
+@needs_device
+def test_memory_ordered_pools_compute_the_reference():
+    run_case(POOL_NHWC, {"I": (1, 28, 42, 64)}, tiles=POOL_TILE)
+    run_case(POOL_NHWC, {"I": (1, 14, 30, 64)}, tiles=POOL_TILE, seed=3)  # 15 = 2 x 7 + 1

@@ -21,6 +21,9 @@ POOL = """function (X[N, C, H, W]) -> (P) {
 STEM = """function (I[N, CI, H, W], F[CO, CI2, KH, KW]) -> (O) {
   O[n, co, y, x : N, CO, 112, 112] = +(I[n, ci, 2*y + i - 3, 2*x + j - 3] * F[co, ci, i, j]);
 }"""
+DEPTHWISE = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
+  R[n, x, y, c : N, X, Y, C] = +(D[n, x+i-1, y+j-1, c] * K[i, j, c]);
+}"""
 POINTWISE = """function (I[N, CI, H, W], K[CI2, CO]) -> (O) {
   O[n, co, y, x : N, CO, H, W] = +(I[n, ci, y, x] * K[ci, co]);
 }"""
@@ -73,6 +76,19 @@ def test_an_input_panel_in_l1_keeps_the_channel_blocks_together():
     tile2 = tuple({"ci": 4096, "co": 16, "y_x": 32}[n] for n in flat2.names)
     assert flat2.names[flat2.out_indices[0]] == "co"
     assert _fastest(flat2, tile2) == "y_x"  # y and x, merged
+
+
+def test_a_filter_cached_whole_keeps_nothing():
+    # A 3x3 depthwise filter of 128 channels (4.5 KB) stays in L1 in any order: the channel
+    # blocks of a pixel tile run back to back (channels-last memory order), where keeping
+    # the filter's block would put them outermost and read the image once a block.
+    flat = _flat(DEPTHWISE, {"D": (4, 112, 112, 128), "K": (3, 3, 128)})
+    tile = tuple({"c": 32, "i": 3, "j": 3, "n": 1, "x": 7, "y": 2}[n] for n in flat.names)
+    assert _fastest(flat, tile) == "c"
+    # 2048 channels (72 KB) do not fit: the filter block is kept, pixels first.
+    flat2 = _flat(DEPTHWISE, {"D": (1, 28, 28, 2048), "K": (3, 3, 2048)})
+    tile2 = tuple({"c": 32, "i": 3, "j": 3, "x": 7, "y": 2}.get(n, 1) for n in flat2.names)
+    assert _fastest(flat2, tile2) == "y"
 
 
 def test_cpu_schedules_carry_the_order_and_gpu_schedules_do_not():

@@ -315,6 +315,7 @@ class _Contraction(Inputs, Outputs):
         masked = self.masked_loads(mixed)
         # One load per distinct value: inputs that ignore an output index share it.
         loads: dict[tuple[int, tuple], str] = {}
+        where: dict[tuple[int, tuple], int] = {}  # each load's place in memory
         groups: list[tuple[tuple[int, tuple], list[str]]] = []  # each load's statements
 
         def keys(c: tuple[int, ...]) -> list[tuple[int, tuple]]:
@@ -329,6 +330,7 @@ class _Contraction(Inputs, Outputs):
                 if key not in loads:
                     var = f"x{i}_" + "_".join(map(str, key[1])) if key[1] else f"x{i}"
                     loads[key] = var
+                    where[key] = self.point_offset(i, c)
                     step: list[str] = []  # this load's statements
                     groups.append((key, step))
                     ty = _vec(clexpr.COMPUTE[t.dtype], self.W)
@@ -397,7 +399,8 @@ class _Contraction(Inputs, Outputs):
         if not self.cpu:  # GPU models: every load first
             return out + [x for _, lines in groups for x in lines] + [u for _, u in updates]
         spans = [self.span(t) for t in f.inputs]
-        return out + streamed(groups, updates, spans)
+        run = self.sched.run
+        return out + streamed(groups, updates, spans, where, run.input if run else None)
 
     def render(self) -> KernelSource:
         f, s, k_ = self.flat, self.sched, self.kernel

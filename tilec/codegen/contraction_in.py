@@ -167,6 +167,20 @@ class Inputs:
             terms.append((ls, var))
         return _lin(terms, st.local_base)
 
+    def point_offset(self, i: int, c: tuple[int, ...]) -> int:
+        """Where input i's value at accumulator point c lies from the thread's first point's,
+        in elements: points along an index are placed in rising order, so this orders a
+        thread's reads of one input as memory does (`stream.streamed`)."""
+        s, t = self.sched, self.flat.inputs[i]
+        total = 0
+        for k, a in zip(self.out_idx, c, strict=True):
+            if s.run is not None and k == s.run.index:
+                step = a % RUN + (a // RUN) * s.threads[k] * RUN
+            else:
+                step = a * s.threads[k] * (self.W if k == self.v else 1)
+            total += t.strides[k] * step
+        return total
+
     def local_name(self, i: int) -> str:
         """Input i's local tile: the array, or the current half of a double-buffered one."""
         return f"c_{i}" if self.pipe else f"s_{i}"
