@@ -27,9 +27,9 @@ def streamed(groups: list[tuple[Key, list[str]]], updates: list[tuple[list[Key],
 
     Loads in memory order: a 2x2 stride-2 max pool's tile of 7 pixels x 4 channel vectors,
     made channel vector by channel vector, read every other 256 bytes of a 3.5 KB run four
-    times over; in memory order the same kernel ran 1.2-1.4x faster (N=4 224x224x64 on a Zen
-    4, PoCL 3.1: 3.3 -> 2.8 ms median, 2.7 -> 2.3 ms best), a hardware prefetcher following
-    one rising stream instead of four interleaved ones."""
+    times over; in memory order the same kernel ran 1.1-1.3x faster (N=4 224x224x64 on a Zen
+    4, PoCL 3.1: 3.71 -> 2.92 ms median, 2.48 -> 2.18 ms best), a hardware prefetcher
+    following one rising stream instead of four interleaved ones."""
     if not groups:
         return [u for _, u in updates]
     if where:

@@ -60,7 +60,7 @@ def reuse_order(flat: FlatContraction, tile: tuple[int, ...],
     filter), memory order decides.  Kept for its filter, a depthwise convolution's channel
     blocks ran outermost and each block read every pixel of the image again, a few cache
     lines of each (N=4 112x112x128 on a Zen 4, PoCL 3.1: 5.0 ms; 3.2 ms with the channel
-    blocks of a pixel tile back to back; mobilenet_v2's 14x14x384 ones 12% faster).  Where
+    blocks of a pixel tile back to back; mobilenet_v2's 14x14x384 ones 10% faster).  Where
     another input's panel is worth keeping too, the larger panel still decides: mobilenet_v2's
     24 -> 144 1x1 convolutions, their 14 KB filter in L1 either way, ran 1.2x slower in the
     model with their three channel blocks of a pixel tile back to back (their input panel
