@@ -19,7 +19,8 @@ the same folder again, in the same process), runs it with the outputs poisoned, 
 onnxruntime's outputs (max error over the output's largest magnitude), and times tilec (median
 of the kernels' OpenCL event times of one call) and torch eager (median CUDA event time of one
 forward) when torch sees a GPU.  With `--peer onnxruntime` both sides' wall times of one call
-are timed in turn, `--rounds` times, each figure the median over the rounds.  One row a model
+are timed in turn, `--rounds` times, each figure the median over the rounds; each side's
+block of calls starts with WARMUP untimed ones.  One row a model
 is printed as soon as it is done: a run cut short still says what it measured."""
 
 from __future__ import annotations
@@ -231,6 +232,8 @@ def _ort_session(path: Path, feed: dict):
 
 
 def _median_wall(call, repeat: int) -> float:
+    for _ in range(WARMUP):
+        call()
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -242,15 +245,23 @@ def _median_wall(call, repeat: int) -> float:
 # Seconds between one side's calls and the other's: onnxruntime's workers spin on after a
 # call (as in `benchmarks/run.py --rounds`).
 PAUSE_S = 0.2
+# Untimed calls at the start of each side's block of calls.  After the pause, or after the
+# other side's block, a tilec call on PoCL's threads ran slow for its first calls (squeezenet1_1
+# on the 2-core Zen 4: 7.3-10 ms for six calls, then 4.6-5.6), which the median of a block of
+# 10 then measured; onnxruntime's spinning workers hide the same wake-up.  Both sides get it.
+WARMUP = 6
 
 
 def _alternated(exe, feed: dict, peer, repeat: int, rounds: int) -> tuple[float, float, float]:
     """tilec (kernels' summed event time, wall) and the peer (wall), timed in turn `rounds`
-    times, `repeat` calls a side a round: each figure the median over the rounds of the
-    rounds' medians, so that the machine's slow and fast phases fall on both sides."""
+    times, `repeat` calls a side a round after WARMUP untimed ones: each figure the median
+    over the rounds of the rounds' medians, so that the machine's slow and fast phases fall
+    on both sides."""
     ks, ws, ps = [], [], []
     for _ in range(max(1, rounds)):
         kern, wall = [], []
+        for _ in range(WARMUP):
+            exe.run(feed)
         for _ in range(repeat):
             t0 = time.perf_counter()
             exe.run(feed)
