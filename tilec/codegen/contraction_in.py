@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..plan.gpu_form import RUN
+from ..plan.gpu_form import RUN, run_step
 from . import clexpr
 from .kernel_text import LANES, _lin, buf
 
@@ -175,7 +175,7 @@ class Inputs:
         total = 0
         for k, a in zip(self.out_idx, c, strict=True):
             if s.run is not None and k == s.run.index:
-                step = a % RUN + (a // RUN) * s.threads[k] * RUN
+                step = run_step(a, s.threads[k])
             else:
                 step = a * s.threads[k] * (self.W if k == self.v else 1)
             total += t.strides[k] * step

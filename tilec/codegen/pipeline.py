@@ -13,7 +13,7 @@ which every thread finished before the barrier that closed it."""
 
 from __future__ import annotations
 
-from ..plan.gpu_form import RUN
+from ..plan.gpu_form import RUN, run_step
 from . import clexpr
 from .copy import global_vector, zeros
 from .kernel_text import _lin, buf
@@ -28,7 +28,7 @@ def half(elems: int) -> int:
 def run_point(a: int, threads: int, var: str) -> str:
     """The tile-relative position of a thread's point a along a run index: runs of RUN
     consecutive values, neighbouring threads on neighbouring runs."""
-    step = a % RUN + (a // RUN) * threads * RUN
+    step = run_step(a, threads)
     return f"{var} * {RUN} + {step}" if step else f"{var} * {RUN}"
 
 

@@ -35,6 +35,12 @@ class RunChoice:
     input: int  # the input read a run at a time (its local stride along `index` is 1)
 
 
+def run_step(a: int, threads: int) -> int:
+    """Where a thread's point a along a run index lies from its first point: runs of RUN
+    consecutive values, neighbouring threads on neighbouring runs."""
+    return a % RUN + (a // RUN) * threads * RUN
+
+
 def run_candidates(flat: FlatContraction, tile: tuple[int, ...], vec_index: int | None,
                    stage) -> list[RunChoice]:
     """The output indices and inputs that can take runs, the output's lowest-stride index

@@ -24,7 +24,7 @@ import itertools
 import numpy as np
 
 from .flat import FlatContraction
-from .gpu_form import RUN
+from .gpu_form import RUN, run_step
 from .schedule import Schedule, Staged
 
 BANKS = 32
@@ -110,7 +110,7 @@ def _rel(s: Schedule, k: int, a: int, h: np.ndarray) -> np.ndarray:
     """Accumulator point a of output index k for threads at h (tile-relative)."""
     lanes = s.vec if k == s.vec_index else 1
     if s.run is not None and k == s.run.index:
-        rel = h * RUN + a % RUN + (a // RUN) * s.threads[k] * RUN
+        rel = h * RUN + run_step(a, s.threads[k])
     else:
         rel = (h + a * s.threads[k]) * lanes
     if s.ragged(k):
