@@ -90,18 +90,17 @@ def vector_access(buf: str, offset: str, dtype: str, width: int, const: bool = F
 
 
 def plain_vector_access(hw) -> bool:
-    """Whether aligned global vectors are read and written as pointer dereferences rather than
-    vloadN/vstoreN on this hardware model (CPUs only: the unaligned form declares a clang
-    vector type).  Measured where calibrated (`hw.vector_access`: the calibration times both
-    forms; plan/calibration.py says which PoCL builds leave vloadN a library call that spills
-    every accumulator).  Otherwise: on CPUs whose widest vectors are narrower than 16 lanes
-    (the PyPI PoCL 3.0 on Zen 4 caps them at 8 and calls vloadN); where builtins are inlined
-    the two forms tie (the Xeon's PoCL 5.0, five calibrations), and vloadN stays."""
+    """Whether aligned global vectors are read and written as pointer dereferences (and the
+    others through `unaligned_typedef`) rather than vloadN/vstoreN on this hardware model:
+    on CPUs (the unaligned form declares a clang vector type, and a GPU's compiler may split
+    an access of element alignment), unless the calibration measured vloadN faster
+    (`hw.vector_access`, plan/calibration.choose_access).  Some PoCL builds leave vloadN a
+    library call that spills every accumulator; where it is inlined it runs as fast as the
+    plain form but costs PoCL 2-5x the time to generate a kernel's code (its library reads
+    a vector lane by lane, and LLVM merges the lanes back)."""
     if hw.kind != "cpu":
         return False
-    if hw.vector_access:
-        return hw.vector_access == "plain"
-    return hw.vec_size < 16
+    return hw.vector_access != "vload"
 
 
 def unaligned_type(dtype: str, width: int) -> str:

@@ -218,13 +218,16 @@ def form_table(rounds: Sequence[Round]) -> tuple[tuple[str, int, float], ...]:
 
 
 def choose_access(rounds: Sequence[tuple[float, float]]) -> str:
-    """"plain" when reading vectors through a plain pointer was FORM_MARGIN faster than vloadN
-    in every round (rates of the same kernel in both forms, measured one after the other),
-    "vload" otherwise.  Where vloadN is a call the plain form wins by 3-4x every time; where
-    it is inlined the two tie, and a host busy during some launches must not flip the
-    generated code (the Xeon's PoCL 5.0, 16 threads: one calibration measured vloadN 786
-    against 1326 GFLOP/s, the next 1434 against 1438)."""
+    """"vload" when vloadN was FORM_MARGIN faster than reading vectors through a plain
+    pointer in every round (rates of the same kernel in both forms, measured one after the
+    other), "plain" otherwise.  Where vloadN is a call the plain form wins by 3-4x every time;
+    where it is inlined the two run alike, but PoCL's library writes vloadN lane by lane (16
+    scalar loads that LLVM merges back into one), and generating a kernel's code took 2-5x
+    longer with them (resnet50's 31 kernels on PoCL 3.1: 10.9 s against 3.3 s of one core).
+    A host busy during some launches must not flip the generated code (the Xeon's PoCL 5.0,
+    16 threads: one calibration measured vloadN 786 against 1326 GFLOP/s, the next 1434
+    against 1438)."""
     if not rounds:
         raise ValueError("no timings")
-    rel = min((p / v if v > 0 else 0.0) for v, p in rounds)
-    return "plain" if rel >= FORM_MARGIN else "vload"
+    rel = min((v / p if p > 0 else 0.0) for v, p in rounds)
+    return "vload" if rel >= FORM_MARGIN else "plain"

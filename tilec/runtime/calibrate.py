@@ -51,7 +51,7 @@ from ..plan.hw_device import _host_caches
 from ..plan.read_curve import ladder, non_increasing
 from . import calibrate_kernels as ck
 
-FORMAT = 3  # bump when the kernels or the meaning of a field change: old entries are ignored
+FORMAT = 4  # bump when the kernels or the meaning of a field change: old entries are ignored
 ROUNDS = 3
 ACCESS_ROUNDS = 5  # the access form must win every round (plan.calibration.choose_access)
 FLOP_TARGET_S = 0.002  # each mul-add kernel's launch; long enough that launch cost is noise
