@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .codegen.contraction import KernelSource
-from .codegen.generate import _record_tile, generate, packed, split_k
+from .codegen.generate import _record_tile, generate, packed, split_k, tile_searches
 from .codegen.siblings import merge_siblings
 from .config import Config
 from .errors import Source, TileError
@@ -30,7 +30,7 @@ from .plan.fuse import (
     use_halos,
 )
 from .plan.hw import HwModel
-from .runtime import compiled
+from .runtime import compiled, search_ahead
 from .runtime.device import Runtime, hw_model_for
 from .runtime.launch import (
     NP,
@@ -274,13 +274,21 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     # Build workers start now, opening the device while the kernels are generated.
     workers = early_workers(runtime, config.build_workers, len(plan.kernels))
     while True:
+        # The workers search tiles from the plan's end while this process generates from its
+        # start (`search_ahead`); they are done with it before the builds.
+        ahead = search_ahead.start(workers, tile_searches(plan, model, config, tuned))
         try:
             sources, searches = generate(plan, model, config, tuned=tuned,
-                                         registers=register_counter(runtime, config))
+                                         registers=register_counter(runtime, config),
+                                         before_search=ahead.settle if ahead else None)
         except BaseException:
+            if ahead is not None:
+                ahead.close()
             if workers is not None:
                 workers.close()
             raise
+        if ahead is not None:
+            ahead.close()
         step(progress, f"generated {len(sources)} kernels")
         if constants is not None and _siblings(config, model):
             # A concatenation's operands are written in disjoint slices of its buffer

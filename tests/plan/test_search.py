@@ -381,7 +381,7 @@ def test_repeated_layers_share_one_cached_search(tmp_path) -> None:
     # second comes from the cache, with the same tiles; reading one tensor twice is another.
     from dataclasses import replace
 
-    from tilec.plan.search import _cache_key
+    from tilec.plan.search import search_key
 
     flat = matmul_flat(64, 64, 64)
     names = {t.name: f"{t.name}_block2" for t in flat.tensors}
@@ -396,9 +396,9 @@ def test_repeated_layers_share_one_cached_search(tmp_path) -> None:
     a, b = flat.tensors[1].name, flat.tensors[2].name
     same = replace(flat, tensors=tuple(replace(t, name=a) if t.name == b else t
                                        for t in flat.tensors))
-    args = (CPU, 0, "float32", 4, 0, 10**6, True)
-    assert _cache_key(same, *args) != _cache_key(flat, *args)
-    assert _cache_key(other, *args) == _cache_key(flat, *args)
+    args = (CPU, 0, "float32", 4, 0, 10**6, "time")
+    assert search_key(same, *args) != search_key(flat, *args)
+    assert search_key(other, *args) == search_key(flat, *args)
 
 
 def test_a_search_asked_again_in_one_process_is_not_scored_again(tmp_path, monkeypatch) -> None:

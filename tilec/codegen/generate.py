@@ -50,10 +50,39 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
         tile = forced_sizes(forced, flat)
         _, lines = tile_log(flat, hw, tile, kernel.post_op_count, dtype, config.cost_model)
         return tile, lines, None
-    result = search(flat, hw, post_ops=kernel.post_op_count, dtype=dtype, top_k=config.top_k,
-                    model=config.cost_model,
-                    cache=search_cache_dir(config))
+    result = search(**search_arguments(kernel, hw, config, dtype))
     return tuple(result.tile), result.log_lines(0), result
+
+
+def search_arguments(kernel: ContractionKernel, hw: HwModel, config: Config,
+                     dtype: str) -> dict:
+    """The keyword arguments of `plan.search.search` for a contraction's tile."""
+    return dict(flat=kernel.flat, hw=hw, post_ops=kernel.post_op_count, dtype=dtype,
+                top_k=config.top_k, model=config.cost_model, cache=search_cache_dir(config))
+
+
+def tile_searches(plan: KernelPlan, hw: HwModel, config: Config,
+                  tuned: Mapping[str, TuneRecord] | None = None) -> list[tuple[str, dict]]:
+    """The searches `generate` will run, in its order, one per outcome: (the first kernel
+    asking for it, `search_arguments`).  None where the searches are not kept in the cache
+    (`search_cache_dir`): then only the process that runs one has its outcome."""
+    from ..plan.search import search_key
+
+    if search_cache_dir(config) is None:
+        return []
+    jobs: list[tuple[str, dict]] = []
+    seen: set[str] = set()
+    for k in plan.kernels:
+        if not isinstance(k, ContractionKernel) or forced_tile(config, k.op.output) is not None \
+                or _record_tile(k, config, tuned) is not None:
+            continue
+        args = search_arguments(k, hw, config, plan.program.tensors[k.op.output].dtype)
+        key = search_key(args["flat"], hw, args["post_ops"], args["dtype"], args["top_k"],
+                         model=args["model"])
+        if key not in seen:
+            seen.add(key)
+            jobs.append((k.name, args))
+    return jobs
 
 
 def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
@@ -208,13 +237,15 @@ def search_cache_dir(config: Config):
 def generate(plan: KernelPlan, hw: HwModel, config: Config,
              tiles: Mapping[str, tuple[int, ...]] | None = None,
              tuned: Mapping[str, TuneRecord] | None = None,
-             registers: Registers | None = None
+             registers: Registers | None = None,
+             before_search: Callable[[str], None] | None = None
              ) -> tuple[list[KernelSource], dict[str, object]]:
     """Kernel sources in launch order, and the search result of each contraction.  `tuned`
     (kernel name -> tuning record) replaces the search's first choice; a tile forced by the
     config still wins over a record.  `registers` (where the device's compiler says) counts
     the registers of a long GPU kernel's top tiles, which are then ranked again
-    (`counted_plan`)."""
+    (`counted_plan`).  `before_search(kernel name)` is called before a contraction's tile
+    search (searches run ahead elsewhere: `runtime.search_ahead`)."""
     sources: list[KernelSource] = []
     searches: dict[str, object] = {}
     for k in plan.kernels:
@@ -227,6 +258,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 tile, lines, threads, code = rec
                 result = None
             else:
+                if before_search is not None:
+                    before_search(k.name)
                 tile, lines, result = plan_tile(k, hw, config, dtype)
                 if registers is not None and result is not None:
                     result = counted_plan(k, result, plan, hw, config, registers)

@@ -52,7 +52,7 @@ from .space import (
 from .trust import staged_fits, time_ranks
 
 __all__ = ["TiledPlan", "candidates", "forget", "json_lines", "log_text", "score_tile", "search",
-           "tile_log", "write_log"]
+           "search_key", "tile_log", "write_log"]
 
 if TYPE_CHECKING:
     from .hw import HwModel
@@ -137,7 +137,7 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     top_k = max(1, top_k)
     key = path = slot = None
     if cache is not None:
-        key = _cache_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, logged)
+        key = search_key(flat, hw, post_ops, dtype, top_k, post_inputs, limit, model)
         path = Path(cache) / key[:2] / f"{key}.json"
         slot = (str(cache), key)
         hit = _RECENT.get(slot)
@@ -232,7 +232,7 @@ _CODE_DIGEST: list[str] = []
 # This process's outcomes by (cache directory, key), newest last: a model compile asks for
 # the same search again (the panel choice, then code generation; repeated layers), and reading
 # it back from the cache re-scores its top tiles (resnet50 cold: 78 of 164 searches, 0.9 s on
-# 2 cores).  What a key names does not depend on tensor names (`_cache_key`), nor do the
+# 2 cores).  What a key names does not depend on tensor names (`search_key`), nor do the
 # costs and predictions a plan holds: a hit takes the contraction asked for and keeps the
 # rest.  `forget` empties it (`tilec cache clear` does).
 _RECENT: OrderedDict[tuple[str, str], TiledPlan] = OrderedDict()
@@ -281,11 +281,17 @@ _FROM_MODULE = re.compile(r"^\s*from \.(\w+) import", re.M)
 _FROM_PACKAGE = re.compile(r"^\s*from \. import \(?([\w\s,]+?)\)?\s*$", re.M)
 
 
-def _cache_key(flat: FlatContraction, hw: HwModel, post_ops: int, dtype: str, top_k: int,
-               post_inputs: int, limit: int, timed: bool) -> str:
+def search_key(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "float32",
+               top_k: int = 8, post_inputs: int = 0, limit: int = LIMIT,
+               model: str = "time") -> str:
+    """What `search` with these arguments keeps its outcome under in the cache: two
+    searches with the same key have the same outcome."""
     from dataclasses import fields, replace
 
     from .. import memo
+
+    timed = model == "time" and can_predict(hw)
+    top_k = max(1, top_k)
 
     if not _CODE_DIGEST:
         _CODE_DIGEST.append(memo.module_digest(*search_modules()))

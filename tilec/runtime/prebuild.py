@@ -42,6 +42,7 @@ SPLIT_MIN_KERNELS = 4
 MAX_PARTS = 4
 MAX_WORKERS = 8
 JOB_TIMEOUT_S = 300.0  # a job that takes longer is the worker's fault: it is stopped
+_GREETING = object()  # what a worker's answer to the texts message is for
 
 _WORKER = Path(__file__).with_name("prebuild_worker.py")
 
@@ -135,13 +136,18 @@ class BuildWorkers:
             raise OSError("the device is not among pyopencl's devices")
         self._procs: list[subprocess.Popen] = []
         self._texts: Path | None = None
+        # This tilec, for the search requests (`search_ahead`), wherever it was imported from.
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(_WORKER.parents[2])] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         for _ in range(count):
             self._procs.append(subprocess.Popen(
                 [sys.executable, str(_WORKER), str(where[0]), str(where[1])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1))
+                text=True, bufsize=1, env=env))
         self._alive = list(self._procs)
-        self._greeted: set[subprocess.Popen] = set()  # those whose texts answer was read
+        # Workers owing the answer to a message sent outside `serve` (the texts message).
+        self._owed: set[subprocess.Popen] = set()
         self._next_id = 0
 
     def give_texts(self, parts: Sequence[Part], options: Sequence[str]) -> None:
@@ -153,8 +159,9 @@ class BuildWorkers:
         with os.fdopen(fd, "w") as f:
             json.dump({"texts": [p.text for p in parts], "options": list(options)}, f)
         hello = json.dumps({"op": "texts", "file": name}) + "\n"
-        for proc in self._procs:
-            self._send(proc, hello)
+        for proc in self._alive:
+            if self._send(proc, hello):
+                self._owed.add(proc)
 
     def _send(self, proc: subprocess.Popen, line: str) -> bool:
         try:
@@ -169,55 +176,84 @@ class BuildWorkers:
         succeeded.  A worker that dies or overruns JOB_TIMEOUT_S is stopped, its job failed;
         the others go on."""
         ok = [False] * len(jobs)
-        # A new worker answers the texts message first.
-        live = [p for p in self._alive if p.poll() is None]
-        pending: dict[subprocess.Popen, tuple[int | None, float]] = {
-            p: (None, time.monotonic()) for p in live if p not in self._greeted}
-        idle = [p for p in live if p in self._greeted]
-        self._greeted.update(pending)
         queue = list(range(len(jobs)))
+
+        def take() -> tuple[int, dict] | None:
+            return (queue[0], jobs[queue.pop(0)]) if queue else None
+
+        def done(j: int, good: bool) -> None:
+            ok[j] = good
+            if on_done is not None:
+                on_done(j, good)
+
+        self.serve(take, done)
+        return ok
+
+    def serve(self, take, on_done) -> None:
+        """Run the jobs `take()` hands out, (tag, request without id), or None once there
+        are none left, each on the first free worker, until none is left or in flight;
+        `on_done(tag, succeeded)` after each, a failed or lost one too.  A worker that dies
+        or overruns JOB_TIMEOUT_S is stopped; the others go on."""
+        # A worker sent the texts message answers it first.
+        live = [p for p in self._alive if p.poll() is None]
+        pending: dict[subprocess.Popen, tuple[object, float]] = {
+            p: (_GREETING, time.monotonic()) for p in live if p in self._owed}
+        idle = [p for p in live if p not in self._owed]
+        self._owed.clear()
         sel = selectors.DefaultSelector()
         for p in pending:
             sel.register(p.stdout, selectors.EVENT_READ, p)
+
+        def finish(tag: object, good: bool) -> None:
+            if tag is not _GREETING:
+                on_done(tag, good)
+
         try:
-            while pending or (queue and idle):
-                while queue and idle:
-                    p, j = idle.pop(), queue.pop(0)
+            more = True
+            while True:
+                while more and idle:
+                    got = take()
+                    if got is None:
+                        more = False
+                        break
+                    tag, job = got
+                    p = idle.pop()
                     self._next_id += 1
-                    if self._send(p, json.dumps({**jobs[j], "id": self._next_id}) + "\n"):
-                        pending[p] = (j, time.monotonic())
+                    if self._send(p, json.dumps({**job, "id": self._next_id}) + "\n"):
+                        pending[p] = (tag, time.monotonic())
                         sel.register(p.stdout, selectors.EVENT_READ, p)
                     else:
-                        queue.insert(0, j)
                         self._drop(p)
+                        finish(tag, False)
                 if not pending:
+                    if more and not idle:  # every worker gone: the rest fail here
+                        while (got := take()) is not None:
+                            finish(got[0], False)
                     break
                 for key, _ in sel.select(timeout=1.0):
                     p = key.data
                     line = p.stdout.readline()
-                    j, _ = pending.pop(p)
+                    tag, _ = pending.pop(p)
                     sel.unregister(p.stdout)
                     if not line:
                         self._drop(p)
+                        finish(tag, False)
                         continue
                     try:
                         answer = json.loads(line)
                     except ValueError:
                         answer = {}
-                    if j is not None:
-                        ok[j] = bool(answer.get("ok"))
-                        if on_done is not None:
-                            on_done(j, ok[j])
+                    finish(tag, bool(answer.get("ok")))
                     idle.append(p)
                 now = time.monotonic()
-                for p, (_, since) in list(pending.items()):
+                for p, (tag, since) in list(pending.items()):
                     if now - since > JOB_TIMEOUT_S:
                         pending.pop(p)
                         sel.unregister(p.stdout)
                         self._drop(p)
+                        finish(tag, False)
         finally:
             sel.close()
-        return ok
 
     def _drop(self, proc: subprocess.Popen) -> None:
         if proc in self._alive:

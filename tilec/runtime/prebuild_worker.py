@@ -2,8 +2,9 @@
 the process that started it (`prebuild.BuildWorkers`).
 
 Run as a script, not imported: it needs pyopencl and numpy only, so that it starts in a
-fraction of a second.  `python prebuild_worker.py PLATFORM DEVICE` opens that device and
-answers one JSON line per request line on stdin:
+fraction of a second (tilec's planner is imported at the first search request).
+`python prebuild_worker.py PLATFORM DEVICE` opens that device and answers one JSON line per
+request line on stdin:
 
     {"op": "texts", "file": PATH}     first: a JSON file of the programs' sources ("texts")
                                       and the build options ("options")
@@ -13,6 +14,9 @@ answers one JSON line per request line on stdin:
         launch kernel NAME of program P once over zero-filled buffers of the given sizes
         (the parent sends one work-group where the size is fixed: PoCL generates a kernel's
         machine code for each work-group size at its first launch, and keeps it in its cache)
+    {"op": "search", "id": N, "file": PATH, "index": I}
+        run tile search I of the pickled list of `plan.search.search` arguments in PATH,
+        which keeps its outcome in the search cache the arguments name (`search_ahead`)
 
 each answered with {"id": N, "ok": true} or {"id": N, "ok": false, "error": "..."}.  It
 exits at the end of its input, or after `IDLE_S` seconds without a request."""
@@ -20,6 +24,7 @@ exits at the end of its input, or after `IDLE_S` seconds without a request."""
 from __future__ import annotations
 
 import json
+import pickle
 import select
 import sys
 
@@ -37,6 +42,15 @@ def _serve(platform: int, device_index: int) -> None:
     options: list[str] = []
     programs: dict[int, object] = {}
     buffers: dict[tuple[int, int], object] = {}
+    searches: dict[str, list] = {}
+
+    def search(path: str, index: int) -> None:
+        from tilec.plan.search import search as run_search
+
+        if path not in searches:
+            with open(path, "rb") as f:
+                searches[path] = pickle.load(f)
+        run_search(**searches[path][index])
 
     def program(part: int):
         if part not in programs:
@@ -77,6 +91,8 @@ def _serve(platform: int, device_index: int) -> None:
                 local = None if msg["local"] is None else tuple(msg["local"])
                 cl.enqueue_nd_range_kernel(queue, kernel, tuple(msg["global"]), local)
                 queue.finish()
+            elif msg["op"] == "search":
+                search(msg["file"], msg["index"])
             else:
                 raise ValueError(f"unknown request {msg['op']!r}")
         except Exception as e:  # noqa: BLE001 - every failure is reported, the parent decides
