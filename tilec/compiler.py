@@ -6,6 +6,7 @@ is compared with the numpy reference."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
@@ -13,7 +14,14 @@ from dataclasses import replace
 import numpy as np
 
 from .codegen.contraction import KernelSource
-from .codegen.generate import _record_tile, generate, packed, split_k, tile_searches
+from .codegen.generate import (
+    _record_tile,
+    generate,
+    packed,
+    panel_searches,
+    split_k,
+    tile_searches,
+)
 from .codegen.siblings import merge_siblings
 from .config import Config
 from .errors import Source, TileError
@@ -260,35 +268,33 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     records = load_records(config)  # read once: the correction and the kernels' records
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
     program, splits = split_k(program, model, config)
-    program = packed(program, model, config, constants or ())
-    plan = plan_kernels(program, rows=config.row_fusion,
-                        attention=fuse_attention(config, model),
-                        halos=use_halos(config, model))
-    step(progress, f"planned {len(plan.kernels)} kernels")
-    if config.threads is None and model.threads > runtime.max_wg:
-        # A model written for a bigger device: plan no more threads than this one takes.
-        config = replace(config, threads=_floor_pow2(runtime.max_wg))
-    tuned = _lookup_records(plan, model, config, runtime, records)
-    if config.chains:
-        plan = chain_kernels(plan, model, loops=config.chain_loops)
-    # Build workers start now, opening the device while the kernels are generated.
-    workers = early_workers(runtime, config.build_workers, len(plan.kernels))
+    # Build workers start now: they open the device, then search tiles ahead of this process
+    # while it packs panels and generates the kernels (`search_ahead`).
+    workers = early_workers(runtime, config.build_workers,
+                            sum(isinstance(op, ir.Contraction) for op in program.ops))
+    try:
+        kept = constants or ()
+        program = _ahead(workers, panel_searches(program, model, config, kept),
+                         lambda settle: packed(program, model, config, kept, settle))
+        plan = plan_kernels(program, rows=config.row_fusion,
+                            attention=fuse_attention(config, model),
+                            halos=use_halos(config, model))
+        step(progress, f"planned {len(plan.kernels)} kernels")
+        if config.threads is None and model.threads > runtime.max_wg:
+            # A model written for a bigger device: plan no more threads than this one takes.
+            config = replace(config, threads=_floor_pow2(runtime.max_wg))
+        tuned = _lookup_records(plan, model, config, runtime, records)
+        if config.chains:
+            plan = chain_kernels(plan, model, loops=config.chain_loops)
+    except BaseException:
+        if workers is not None:
+            workers.close()
+        raise
     while True:
-        # The workers search tiles from the plan's end while this process generates from its
-        # start (`search_ahead`); they are done with it before the builds.
-        ahead = search_ahead.start(workers, tile_searches(plan, model, config, tuned))
-        try:
-            sources, searches = generate(plan, model, config, tuned=tuned,
-                                         registers=register_counter(runtime, config),
-                                         before_search=ahead.settle if ahead else None)
-        except BaseException:
-            if ahead is not None:
-                ahead.close()
-            if workers is not None:
-                workers.close()
-            raise
-        if ahead is not None:
-            ahead.close()
+        sources, searches = _ahead(
+            workers, tile_searches(plan, model, config, tuned),
+            functools.partial(_generate, plan, model, config, tuned,
+                              register_counter(runtime, config)))
         step(progress, f"generated {len(sources)} kernels")
         if constants is not None and _siblings(config, model):
             # A concatenation's operands are written in disjoint slices of its buffer
@@ -321,6 +327,29 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         tuned = {}
         if progress is not None:
             progress.add(2)
+
+
+def _generate(plan, model, config, tuned, registers, settle):
+    return generate(plan, model, config, tuned=tuned, registers=registers,
+                    before_search=settle)
+
+
+def _ahead(workers: BuildWorkers | None, jobs: list[dict], run):
+    """`run(settle)`, with the searches `jobs` run ahead by `workers` from the last one back
+    (`search_ahead`; `settle` is None without them).  The workers are done with them when
+    this returns, and stopped where `run` raises."""
+    ahead = search_ahead.start(workers, jobs)
+    try:
+        out = run(ahead.settle if ahead is not None else None)
+    except BaseException:
+        if ahead is not None:
+            ahead.close()
+        if workers is not None:
+            workers.close()
+        raise
+    if ahead is not None:
+        ahead.close()
+    return out
 
 
 def _siblings(config: Config, model: HwModel) -> bool:

@@ -512,3 +512,30 @@ def test_a_forced_tile_in_neither_set_of_indices_names_both(tile, says):
         packed(program, CPU, replace(CONFIG, tiles={"O": tile}))
     msg = str(e.value)
     assert says in msg and "as written: ci, co, i, j" in msg and "coi, coo" in msg, msg
+
+
+@pytest.mark.parametrize("src, shapes, constants", [
+    (MATMUL, {"A": (128, 768), "B": (768, 768)}, ()),
+    (NHWC_CONV, {"D": (1, 14, 14, 32), "K": (3, 3, 32, 32)}, ("K",)),
+    (NHWC_CONV, {"D": (1, 7, 7, 512), "K": (3, 3, 512, 512)}, ("K",)),
+    (GEMM_RELU, {"A": (64, 96), "B": (96, 1000), "bias": (1000,)}, ("B",)),
+])
+def test_the_flats_listed_for_searches_ahead_are_those_packing_asks_about(src, shapes,
+                                                                          constants):
+    # Searches run ahead in other processes (`runtime.search_ahead`) are listed without the
+    # search's answers; every question pack_panels then asks must be among them.
+    from tilec.plan.pack import pack_panels, searched_flats
+    from tilec.plan.search import search_key
+
+    program = check_program(src, shapes)
+    asked = []
+
+    def choose(flat):
+        asked.append(search_key(flat, CPU))
+        r = search(flat, CPU)
+        return r.tile, (r.predicted[0][0] if r.predicted else None)
+
+    pack_panels(program, CPU, choose, constants=constants)
+    listed = {search_key(f, CPU) for f in searched_flats(program, CPU, constants)}
+    assert asked and set(asked) <= listed
+    assert searched_flats(program, HwModel.load("nvidia-h100"), constants) == []

@@ -43,21 +43,28 @@ class _Workers:
             on_done(i, True)
 
 
+def _jobs(tmp_path, count: int) -> list[dict]:
+    return [dict(flat=matmul_flat(16 * (i + 1), 32, 48), hw=CPU, top_k=4,
+                 cache=tmp_path / "search") for i in range(count)]
+
+
 def test_settle_withdraws_waits_and_close_joins(tmp_path):
     workers = _Workers()
     for i in range(4):
         workers.release[i] = threading.Event()
-    jobs = [(f"k{i}", {"i": i}) for i in range(4)]
-    ahead = search_ahead.SearchAhead(workers, jobs)
+    jobs = _jobs(tmp_path, 4)
+    # The same search twice (another tensor's name, another cache folder) is one job.
+    ahead = search_ahead.SearchAhead(workers, jobs + [dict(jobs[1], cache=tmp_path)])
+    assert len(ahead._state) == 4
     # The workers start from the end: k3 is taken (and held) before anything settles.
     for _ in range(100):
         if workers.taken:
             break
         threading.Event().wait(0.01)
     assert workers.taken == [3]
-    ahead.settle("k0")  # not taken: withdrawn, done by the caller
-    ahead.settle("unknown")  # not a search ahead: nothing to wait for
-    waited = threading.Thread(target=ahead.settle, args=("k3",))
+    ahead.settle(jobs[0])  # not taken: withdrawn, done by the caller
+    ahead.settle(_jobs(tmp_path, 5)[4])  # not a search ahead: nothing to wait for
+    waited = threading.Thread(target=ahead.settle, args=(jobs[3],))
     waited.start()
     waited.join(0.2)
     assert waited.is_alive()  # running in a worker: awaited
@@ -72,8 +79,8 @@ def test_settle_withdraws_waits_and_close_joins(tmp_path):
 
 
 def test_no_search_ahead_without_workers_or_with_one_search():
-    assert search_ahead.start(None, [("a", {}), ("b", {})]) is None
-    assert search_ahead.start(_Workers(), [("a", {})]) is None
+    assert search_ahead.start(None, [{}, {}]) is None
+    assert search_ahead.start(_Workers(), [{}]) is None
 
 
 def _pocl_cpu() -> bool:
@@ -85,8 +92,7 @@ def test_a_workers_outcome_is_the_one_found_here(tmp_path):
     if not _pocl_cpu():
         pytest.skip("workers run on PoCL's CPU devices only")
     flats = [matmul_flat(48, 64, 80), matmul_flat(96, 32, 64), matmul_flat(40, 72, 24)]
-    jobs = [(f"k{i}", dict(flat=f, hw=CPU, top_k=4, cache=tmp_path / "search"))
-            for i, f in enumerate(flats)]
+    jobs = [dict(flat=f, hw=CPU, top_k=4, cache=tmp_path / "search") for f in flats]
     workers = prebuild.BuildWorkers(Runtime.get(None), 2)
     try:
         ahead = search_ahead.SearchAhead(workers, jobs)

@@ -62,27 +62,16 @@ def search_arguments(kernel: ContractionKernel, hw: HwModel, config: Config,
 
 
 def tile_searches(plan: KernelPlan, hw: HwModel, config: Config,
-                  tuned: Mapping[str, TuneRecord] | None = None) -> list[tuple[str, dict]]:
-    """The searches `generate` will run, in its order, one per outcome: (the first kernel
-    asking for it, `search_arguments`).  None where the searches are not kept in the cache
-    (`search_cache_dir`): then only the process that runs one has its outcome."""
-    from ..plan.search import search_key
-
+                  tuned: Mapping[str, TuneRecord] | None = None) -> list[dict]:
+    """The searches `generate` will run (`search_arguments`), in its order; none where
+    searches are not kept in the cache (`search_cache_dir`): then only the process that runs
+    one has its outcome."""
     if search_cache_dir(config) is None:
         return []
-    jobs: list[tuple[str, dict]] = []
-    seen: set[str] = set()
-    for k in plan.kernels:
-        if not isinstance(k, ContractionKernel) or forced_tile(config, k.op.output) is not None \
-                or _record_tile(k, config, tuned) is not None:
-            continue
-        args = search_arguments(k, hw, config, plan.program.tensors[k.op.output].dtype)
-        key = search_key(args["flat"], hw, args["post_ops"], args["dtype"], args["top_k"],
-                         model=args["model"])
-        if key not in seen:
-            seen.add(key)
-            jobs.append((k.name, args))
-    return jobs
+    return [search_arguments(k, hw, config, plan.program.tensors[k.op.output].dtype)
+            for k in plan.kernels
+            if isinstance(k, ContractionKernel) and forced_tile(config, k.op.output) is None
+            and _record_tile(k, config, tuned) is None]
 
 
 def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
@@ -96,32 +85,64 @@ def schedule_for(kernel: ContractionKernel, hw: HwModel, config: Config,
     return sched if config.edge_tiles else replace(sched, edges=False)
 
 
+def _packs(hw: HwModel, config: Config) -> bool:
+    # With every kernel's tile forced, a copy kernel's is too, so none is made.
+    return config.pack_panels and hw.kind == "cpu" and "*" not in config.tiles
+
+
+def _as_written(program: ir.Program, config: Config) -> set[str]:
+    """Contractions whose forced tile names their indices as written: their operands may be
+    relaid (the indices stay), not read in panels (which split one).  Without the relaid
+    filter a forced convolution tile got no vector lanes: 8x slower than the same tile
+    searched.  One that names the panels' indices (the cost log's `coi`, `coo`) is packed as
+    the search packs it, and applies to the statement that reads the panels."""
+    forced = set()
+    for op in program.ops:
+        given = forced_tile(config, op.output) if isinstance(op, ir.Contraction) else None
+        if given is not None and not _unknown(given, op.indices):
+            forced.add(op.output)
+    return forced
+
+
+def _panel_search(flat, hw: HwModel, config: Config) -> dict:
+    """`plan.search.search`'s keyword arguments for `packed`'s question about `flat`."""
+    return dict(flat=flat, hw=hw, dtype=flat.output.dtype, top_k=config.top_k,
+                model=config.cost_model, cache=search_cache_dir(config))
+
+
+def panel_searches(program: ir.Program, hw: HwModel, config: Config,
+                   constants: Collection[str] = ()) -> list[dict]:
+    """The searches `packed` may run, in its order (`plan.pack.searched_flats`); none where
+    searches are not kept in the cache (`tile_searches`)."""
+    from ..plan.pack import searched_flats
+
+    if not _packs(hw, config) or search_cache_dir(config) is None:
+        return []
+    out = []
+    for flat in searched_flats(program, hw, constants, _as_written(program, config)):
+        given = forced_tile(config, flat.output.name)
+        if given is None or not set(given) <= set(flat.names):
+            out.append(_panel_search(flat, hw, config))
+    return out
+
+
 def packed(program: ir.Program, hw: HwModel, config: Config,
-           constants: Collection[str] = ()) -> ir.Program:
+           constants: Collection[str] = (),
+           before_search: Callable[[dict], None] | None = None) -> ir.Program:
     """`program` with its CPU matrix products' reused operands packed in panels
     (`plan.pack`), each panel as wide as the register tile the search gives the product as
     written; contractions whose tile the config forces stay as written.  `constants`: the
-    inputs bound once (a model's weights)."""
+    inputs bound once (a model's weights).  `before_search(search arguments)` is called
+    before each search (`generate`'s)."""
     from ..plan.attention import find as find_attention
     from ..plan.fuse import fuse_attention
     from ..plan.pack import pack_panels
     from ..plan.rows import find_groups
     from ..plan.search import search
 
-    if not config.pack_panels or hw.kind != "cpu":
+    if not _packs(hw, config):
         return program
-    if "*" in config.tiles:  # every kernel's tile forced: a copy kernel's too, so none made
-        return program
-    # A forced tile that names the contraction's indices as written keeps them: its operands
-    # may be relaid (the indices stay), not read in panels (which split one).  Without the
-    # relaid filter a forced convolution tile got no vector lanes: 8x slower than the same
-    # tile searched.  One that names the panels' indices (the cost log's `coi`, `coo`) is
-    # packed as the search packs it, and applies to the statement that reads the panels.
-    forced = set()
-    for op in program.ops:
-        given = forced_tile(config, op.output) if isinstance(op, ir.Contraction) else None
-        if given is not None and not _unknown(given, op.indices):
-            forced.add(op.output)
+    forced = _as_written(program, config)
 
     def grouped() -> set[str]:
         """Statements that become one attention or row kernel: matched as written."""
@@ -135,8 +156,10 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
         given = forced_tile(config, flat.output.name)
         if given is not None and set(given) <= set(flat.names):
             return forced_sizes(given, flat), None
-        r = search(flat, hw, dtype=flat.output.dtype, top_k=config.top_k,
-                   model=config.cost_model, cache=search_cache_dir(config))
+        args = _panel_search(flat, hw, config)
+        if before_search is not None:
+            before_search(args)
+        r = search(**args)
         return r.tile, (r.predicted[0][0] if r.predicted else None)
 
     out = pack_panels(program, hw, choose, relay_only=forced, grouped=grouped,
@@ -238,14 +261,14 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
              tiles: Mapping[str, tuple[int, ...]] | None = None,
              tuned: Mapping[str, TuneRecord] | None = None,
              registers: Registers | None = None,
-             before_search: Callable[[str], None] | None = None
+             before_search: Callable[[dict], None] | None = None
              ) -> tuple[list[KernelSource], dict[str, object]]:
     """Kernel sources in launch order, and the search result of each contraction.  `tuned`
     (kernel name -> tuning record) replaces the search's first choice; a tile forced by the
     config still wins over a record.  `registers` (where the device's compiler says) counts
     the registers of a long GPU kernel's top tiles, which are then ranked again
-    (`counted_plan`).  `before_search(kernel name)` is called before a contraction's tile
-    search (searches run ahead elsewhere: `runtime.search_ahead`)."""
+    (`counted_plan`).  `before_search(search arguments)` is called before a contraction's
+    tile search (searches run ahead elsewhere: `runtime.search_ahead`)."""
     sources: list[KernelSource] = []
     searches: dict[str, object] = {}
     for k in plan.kernels:
@@ -259,7 +282,7 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 result = None
             else:
                 if before_search is not None:
-                    before_search(k.name)
+                    before_search(search_arguments(k, hw, config, dtype))
                 tile, lines, result = plan_tile(k, hw, config, dtype)
                 if registers is not None and result is not None:
                     result = counted_plan(k, result, plan, hw, config, registers)

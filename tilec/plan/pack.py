@@ -159,9 +159,30 @@ def bound_once(program: ir.Program, constants: Collection[str]) -> set[str]:
     return done
 
 
-def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
-                   program: ir.Program, constants: Collection[str] = ()) -> Packing | None:
-    """The operand of `op` to pack and how, or None (the module docstring's rules)."""
+def searched_flats(program: ir.Program, hw: HwModel, constants: Collection[str] = (),
+                   relay_only: Collection[str] = ()) -> list[FlatContraction]:
+    """The contractions `pack_panels` (same arguments) may ask its tile choice about, in its
+    order: a few more than it asks, since some answers settle the rest.  For searches run
+    ahead in other processes (`runtime.search_ahead`)."""
+    if hw.kind != "cpu":
+        return []
+    constants = bound_once(program, constants)
+    out: list[FlatContraction] = []
+    for op in program.ops:
+        if not isinstance(op, ir.Contraction):
+            continue
+        if op.output not in relay_only:
+            flat = _packing_flat(op, program.tensors, hw, program, constants)
+            out += [flat] if flat is not None else []
+        trial = _relayout_trial(op, program.tensors, program)
+        out += [trial[1], trial[2]] if trial is not None else []
+    return out
+
+
+def _packing_flat(op: ir.Contraction, tensors, hw: HwModel, program: ir.Program,
+                  constants: Collection[str]) -> FlatContraction | None:
+    """`op` flattened, where `choose_packing` asks for its tile; None where the rules checked
+    before that settle it (not packed)."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
             op.default is not None or op.no_defract:
         return None
@@ -179,7 +200,16 @@ def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileCh
     if not any(last in x.idx and _worth_panels(tensors[x.tensor], hw, constants)
                for x in op.inputs):
         return None
-    flat = flatten(op, tensors, source=program.source)
+    return flatten(op, tensors, source=program.source)
+
+
+def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
+                   program: ir.Program, constants: Collection[str] = ()) -> Packing | None:
+    """The operand of `op` to pack and how, or None (the module docstring's rules)."""
+    flat = _packing_flat(op, tensors, hw, program, constants)
+    if flat is None:
+        return None
+    out_plain = plain_indices(op.out_idx)
     tile = tuple(choose_tile(flat)[0])
     sched = make_schedule(flat, tile, hw)
     v = sched.vec_index
@@ -346,24 +376,13 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     Constraints may mention other indices (a convolution's padding), not the one brought into
     the lanes: lanes cannot be masked.  Where the tile takes part of the index, the copy is in
     panels instead (a `Packing`, `_in_panels`), unless `panels` is False."""
-    if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
-            op.default is not None or op.no_defract or not op.out_idx:
+    got = _relayout_trial(op, tensors, program)
+    if got is None:
         return None
-    if op.inputs[0].tensor == op.inputs[1].tensor:
-        return None
-    found = _relayout_candidate(op)
-    if found is None or rewritten(op, tensors, source=program.source) is not op:
-        return None
+    found, flat0, flat = got
     u = found.index
-    flat0 = flatten(op, tensors, source=program.source)
     tile0, before = choose_tile(flat0)
-    new_tensors = dict(tensors)
     name = op.inputs[found.operand].tensor
-    trial_name = fresh(f"{name}_t", set(tensors))
-    new_tensors[trial_name] = ir.Tensor(trial_name, _moved(tensors[name].shape, found.axis),
-                                        tensors[name].dtype)
-    trial = _reading_relaid(op, found, trial_name)
-    flat = flatten(trial, new_tensors, source=program.source)
     tile, after = choose_tile(flat)
     sched = make_schedule(flat, tuple(tile), hw)
     if sched.vec_index is None or flat.names[sched.vec_index] != u or sched.dot:
@@ -384,6 +403,28 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     if after + copy >= before:
         return None
     return _in_panels(found, flat, tile, t) if panels else found
+
+
+def _relayout_trial(op: ir.Contraction, tensors, program: ir.Program
+                    ) -> tuple[Relayout, FlatContraction, FlatContraction] | None:
+    """(the operand to relay, `op` flattened as written, `op` reading the relaid copy
+    flattened), which `choose_relayout` weighs; None where `op` has nothing to relay."""
+    if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
+            op.default is not None or op.no_defract or not op.out_idx:
+        return None
+    if op.inputs[0].tensor == op.inputs[1].tensor:
+        return None
+    found = _relayout_candidate(op)
+    if found is None or rewritten(op, tensors, source=program.source) is not op:
+        return None
+    flat0 = flatten(op, tensors, source=program.source)
+    new_tensors = dict(tensors)
+    name = op.inputs[found.operand].tensor
+    trial_name = fresh(f"{name}_t", set(tensors))
+    new_tensors[trial_name] = ir.Tensor(trial_name, _moved(tensors[name].shape, found.axis),
+                                        tensors[name].dtype)
+    trial = _reading_relaid(op, found, trial_name)
+    return found, flat0, flatten(trial, new_tensors, source=program.source)
 
 
 def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor) \

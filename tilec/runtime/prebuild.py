@@ -285,10 +285,11 @@ class BuildWorkers:
 
 
 def early_workers(runtime, requested: int | None, kernels: int) -> BuildWorkers | None:
-    """Workers started before code generation, for a plan of `kernels` kernels that will
-    likely be built in parts (one in SPLIT_MIN_KERNELS of a plan's kernels is distinct and
-    long enough, as in the models measured): they open the device while the tile searches
-    and code generation run.  None where none would be used."""
+    """Workers started before code generation, for a program of about `kernels` kernels
+    (its contractions) that will likely be built in parts (one in SPLIT_MIN_KERNELS of a
+    plan's kernels is distinct and long enough, as in the models measured): they open the
+    device and search tiles ahead (`search_ahead`) while this process packs panels and
+    generates code.  None where none would be used."""
     if kernels < 4 * SPLIT_MIN_KERNELS or not driver_caches_kernels(runtime):
         return None
     count = worker_count(runtime, requested, MAX_WORKERS)
