@@ -7,7 +7,9 @@ round a fresh process.
 The models are written by tests/models.py (torchvision's ResNets as torch.onnx.export writes
 them, random weights), once, before timing.  Cold: every cache empty (tilec's cache directory,
 the user cache directory's parser tables, templates and device probe, PoCL's kernel cache,
-each a new folder).  Warm: a new process over the folders the cold one filled.  Figures:
+each a new folder).  `--device-known`: also cold, but with the device probe and calibration
+that a first compile on the machine leaves (a model never compiled on a known device).
+Warm: a new process over the folders the cold one filled.  Figures:
 `load` (read the file, import, passes, lowering, tile search, codegen, the driver's build),
 `first run` (where PoCL generates the machine code of each kernel) and their sum; medians over
 the rounds.  The first run's outputs are checked against onnxruntime when it is installed.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -150,6 +153,9 @@ def main() -> int:
                     "compiles with and without, in turn)")
     ap.add_argument("--halos-as", choices=("none", "true", "false"), default="none",
                     help=argparse.SUPPRESS)
+    ap.add_argument("--device-known", action="store_true",
+                    help="also time a cold load whose device tilec has probed and calibrated "
+                    "before (its user cache's devices folder kept; every other cache empty)")
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -173,12 +179,19 @@ def main() -> int:
         settings = {"default": (None,), "off": (False,), "on": (True,),
                     "both": (False, True)}[args.halos]
         for name, path in models.items():
-            runs: dict[bool | None, tuple[list, list]] = {h: ([], []) for h in settings}
+            runs: dict[bool | None, tuple[list, list, list]] = {
+                h: ([], [], []) for h in settings}
             for _ in range(args.rounds):
                 for h in settings:
                     with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as d:
                         runs[h][0].append(one(path, d, args.device, args.build_workers, h))
                         runs[h][1].append(one(path, d, args.device, args.build_workers, h))
+                        if args.device_known:
+                            with tempfile.TemporaryDirectory(prefix="tilec-modelcache-") as e:
+                                known = Path(e) / "xdg" / "tilec" / "devices"
+                                shutil.copytree(Path(d) / "xdg" / "tilec" / "devices", known)
+                                runs[h][2].append(one(path, e, args.device,
+                                                      args.build_workers, h))
             for h in settings:
                 label = {None: name, True: f"{name} (halos)", False: f"{name} (no halos)"}[h]
                 rows.append((label, *runs[h]))
@@ -191,8 +204,10 @@ def main() -> int:
     print("| model | state | kernels | distinct kernels built | open device s | load s "
           "| first run s | load + first run s | whole process s | run s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, cold, warm in rows:
-        for state, runs in (("cold", cold), ("warm", warm)):
+    for name, cold, warm, known in rows:
+        for state, runs in (("cold", cold), ("cold, device known", known), ("warm", warm)):
+            if not runs:
+                continue
             def med(key, runs=runs):
                 return statistics.median(r[key] for r in runs)
 
