@@ -223,7 +223,8 @@ def choose_access(rounds: Sequence[tuple[float, float]]) -> str:
     other), "plain" otherwise.  Where vloadN is a call the plain form wins by 3-4x every time;
     where it is inlined the two run alike, but PoCL's library writes vloadN lane by lane (16
     scalar loads that LLVM merges back into one), and generating a kernel's code took 2-5x
-    longer with them (resnet50's 31 kernels on PoCL 3.1: 10.9 s against 3.3 s of one core).
+    longer with them (resnet50's 31 kernels: 10.6 s against 3.6 s of one core on PoCL 3.1,
+    10.4 s against 3.6 s on PoCL 5.0; benchmarks/kernel_build_times.py).
     A host busy during some launches must not flip the generated code (the Xeon's PoCL 5.0,
     16 threads: one calibration measured vloadN 786 against 1326 GFLOP/s, the next 1434
     against 1438)."""
