@@ -1,21 +1,34 @@
 """tilec: a compiler from PlaidML's Tile language to fused, tiled OpenCL kernels."""
 
-from .bundle import load
-from .compiler import Executable, compile
 from .errors import TileError
-from .graph import library as ops
-from .graph.builder import Graph, GraphExecutable
-from .lang.api import check_program, evaluate, parse
 from .version import __version__
 
 __all__ = ["Executable", "Graph", "GraphExecutable", "TileError", "__version__",
            "check_program", "compile", "evaluate", "load", "onnx", "ops", "parse"]
 
+# The API's names, imported at first use: a process that needs one stage only (a build
+# worker searching tiles imports tilec.plan.search: 0.06 s, against 0.31 s with the whole
+# compiler) does not load the others, nor `tilec.onnx`'s importer and converters.
+_LAZY = {"load": (".bundle", "load"), "Executable": (".compiler", "Executable"),
+         "compile": (".compiler", "compile"), "ops": (".graph.library", None),
+         "Graph": (".graph.builder", "Graph"),
+         "GraphExecutable": (".graph.builder", "GraphExecutable"),
+         "check_program": (".lang.api", "check_program"), "evaluate": (".lang.api", "evaluate"),
+         "parse": (".lang.api", "parse"), "onnx": (".onnx", None)}
+
 
 def __getattr__(name: str):
-    # `tilec.onnx` without importing the importer (and its converters) for every user.
-    if name == "onnx":
-        import importlib
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tilec' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module(".onnx", __name__)
-    raise AttributeError(f"module 'tilec' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module, __name__)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
