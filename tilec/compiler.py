@@ -273,9 +273,9 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     workers = early_workers(runtime, config.build_workers,
                             sum(isinstance(op, ir.Contraction) for op in program.ops))
     try:
-        kept = constants or ()
-        program = _ahead(workers, panel_searches(program, model, config, kept),
-                         lambda settle: packed(program, model, config, kept, settle))
+        kept, flats = constants or (), {}  # flats: flattened once for both (`plan.pack`)
+        program = _ahead(workers, panel_searches(program, model, config, kept, flats),
+                         lambda settle: packed(program, model, config, kept, settle, flats))
         plan = plan_kernels(program, rows=config.row_fusion,
                             attention=fuse_attention(config, model),
                             halos=use_halos(config, model))

@@ -535,7 +535,10 @@ def test_the_flats_listed_for_searches_ahead_are_those_packing_asks_about(src, s
         r = search(flat, CPU)
         return r.tile, (r.predicted[0][0] if r.predicted else None)
 
-    pack_panels(program, CPU, choose, constants=constants)
-    listed = {search_key(f, CPU) for f in searched_flats(program, CPU, constants)}
+    plain = pack_panels(program, CPU, choose, constants=constants)
+    memo: dict = {}
+    listed = {search_key(f, CPU) for f in searched_flats(program, CPU, constants, memo=memo)}
     assert asked and set(asked) <= listed
+    # The flats the listing kept give the packing it makes without them.
+    assert memo and pack_panels(program, CPU, choose, constants=constants, memo=memo) == plain
     assert searched_flats(program, HwModel.load("nvidia-h100"), constants) == []

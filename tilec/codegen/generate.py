@@ -111,15 +111,16 @@ def _panel_search(flat, hw: HwModel, config: Config) -> dict:
 
 
 def panel_searches(program: ir.Program, hw: HwModel, config: Config,
-                   constants: Collection[str] = ()) -> list[dict]:
+                   constants: Collection[str] = (), memo: dict | None = None) -> list[dict]:
     """The searches `packed` may run, in its order (`plan.pack.searched_flats`); none where
-    searches are not kept in the cache (`tile_searches`)."""
+    searches are not kept in the cache (`tile_searches`).  `memo` keeps the contractions
+    flattened for `packed` (`plan.pack.Flats`)."""
     from ..plan.pack import searched_flats
 
     if not _packs(hw, config) or search_cache_dir(config) is None:
         return []
     out = []
-    for flat in searched_flats(program, hw, constants, _as_written(program, config)):
+    for flat in searched_flats(program, hw, constants, _as_written(program, config), memo):
         given = forced_tile(config, flat.output.name)
         if given is None or not set(given) <= set(flat.names):
             out.append(_panel_search(flat, hw, config))
@@ -128,12 +129,13 @@ def panel_searches(program: ir.Program, hw: HwModel, config: Config,
 
 def packed(program: ir.Program, hw: HwModel, config: Config,
            constants: Collection[str] = (),
-           before_search: Callable[[dict], None] | None = None) -> ir.Program:
+           before_search: Callable[[dict], None] | None = None,
+           memo: dict | None = None) -> ir.Program:
     """`program` with its CPU matrix products' reused operands packed in panels
     (`plan.pack`), each panel as wide as the register tile the search gives the product as
     written; contractions whose tile the config forces stay as written.  `constants`: the
     inputs bound once (a model's weights).  `before_search(search arguments)` is called
-    before each search (`generate`'s)."""
+    before each search (`generate`'s); `memo`: `panel_searches`'s."""
     from ..plan.attention import find as find_attention
     from ..plan.fuse import fuse_attention
     from ..plan.pack import pack_panels
@@ -163,7 +165,7 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
         return r.tile, (r.predicted[0][0] if r.predicted else None)
 
     out = pack_panels(program, hw, choose, relay_only=forced, grouped=grouped,
-                      constants=constants)
+                      constants=constants, memo=memo)
     _check_panel_tiles(config, program, out, forced)
     return out
 

@@ -74,6 +74,9 @@ DEFAULT_L2_BYTES = 512 * 1024
 # The search's tile for a flat contraction and its predicted seconds (None: the model does not
 # predict times); compile passes its own search.
 TileChoice = Callable[[FlatContraction], tuple[Sequence[int], float | None]]
+# Contractions flattened by (output, read through a relaid copy): `searched_flats` fills it,
+# `pack_panels` reads it.
+Flats = dict[tuple[str, bool], FlatContraction]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +93,7 @@ class Packing:
 def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
                 relay_only: Collection[str] = (),
                 grouped: Callable[[], Collection[str]] | None = None,
-                constants: Collection[str] = ()) -> ir.Program:
+                constants: Collection[str] = (), memo: Flats | None = None) -> ir.Program:
     """`program` with the reused operand of each CPU matrix product packed in panels.
 
     `choose_tile(flat)` is the tile the search gives a flat contraction (compile passes its
@@ -99,7 +102,8 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     indices stay as written: a tile the user forced names them); those `grouped()` names are
     left as written (asked once, at the first product that would be packed: the statements
     another kernel kind takes in whole, which only then are worth finding).  `constants`: the
-    inputs bound once (a model's weights), packed at any size (`_worth_panels`)."""
+    inputs bound once (a model's weights), packed at any size (`_worth_panels`).  `memo`:
+    the contractions `searched_flats` flattened for the same program."""
     if hw.kind != "cpu":
         return program
     constants = bound_once(program, constants)
@@ -112,10 +116,12 @@ def pack_panels(program: ir.Program, hw: HwModel, choose_tile: TileChoice, *,
     for op in program.ops:
         p: Packing | Relayout | None = None
         if isinstance(op, ir.Contraction) and op.output in relay_only:
-            p = choose_relayout(op, tensors, hw, choose_tile, program, panels=False)
+            p = choose_relayout(op, tensors, hw, choose_tile, program, panels=False,
+                                memo=memo)
         elif isinstance(op, ir.Contraction) and op.output not in skip:
-            p = choose_packing(op, tensors, hw, choose_tile, program, constants) or \
-                choose_relayout(op, tensors, hw, choose_tile, program, constants=constants)
+            p = choose_packing(op, tensors, hw, choose_tile, program, constants, memo) or \
+                choose_relayout(op, tensors, hw, choose_tile, program, constants=constants,
+                                memo=memo)
         if p is not None and grouped is not None:
             skip |= set(grouped())
             grouped = None
@@ -160,10 +166,12 @@ def bound_once(program: ir.Program, constants: Collection[str]) -> set[str]:
 
 
 def searched_flats(program: ir.Program, hw: HwModel, constants: Collection[str] = (),
-                   relay_only: Collection[str] = ()) -> list[FlatContraction]:
+                   relay_only: Collection[str] = (),
+                   memo: Flats | None = None) -> list[FlatContraction]:
     """The contractions `pack_panels` (same arguments) may ask its tile choice about, in its
     order: a few more than it asks, since some answers settle the rest.  For searches run
-    ahead in other processes (`runtime.search_ahead`)."""
+    ahead in other processes (`runtime.search_ahead`).  `memo` keeps them flattened for
+    `pack_panels` (a third of a second for resnet50's)."""
     if hw.kind != "cpu":
         return []
     constants = bound_once(program, constants)
@@ -172,15 +180,30 @@ def searched_flats(program: ir.Program, hw: HwModel, constants: Collection[str] 
         if not isinstance(op, ir.Contraction):
             continue
         if op.output not in relay_only:
-            flat = _packing_flat(op, program.tensors, hw, program, constants)
+            flat = _packing_flat(op, program.tensors, hw, program, constants, memo)
             out += [flat] if flat is not None else []
-        trial = _relayout_trial(op, program.tensors, program)
+        trial = _relayout_trial(op, program.tensors, program, memo)
         out += [trial[1], trial[2]] if trial is not None else []
     return out
 
 
+def _flat(op: ir.Contraction, tensors, program: ir.Program, memo: Flats | None,
+          relaid: bool = False) -> FlatContraction:
+    """`op` flattened (the statement `op` as written stands for, or with `relaid` its trial
+    reading a relaid copy), from `memo` where an earlier pass over the same program left it
+    (a contraction's flat depends on its inputs alone, which packing does not change)."""
+    key = (op.output, relaid)
+    if memo is not None and key in memo:
+        return memo[key]
+    flat = flatten(op, tensors, source=program.source)
+    if memo is not None:
+        memo[key] = flat
+    return flat
+
+
 def _packing_flat(op: ir.Contraction, tensors, hw: HwModel, program: ir.Program,
-                  constants: Collection[str]) -> FlatContraction | None:
+                  constants: Collection[str], memo: Flats | None = None
+                  ) -> FlatContraction | None:
     """`op` flattened, where `choose_packing` asks for its tile; None where the rules checked
     before that settle it (not packed)."""
     if op.agg != "+" or op.comb != "*" or len(op.inputs) != 2 or \
@@ -200,13 +223,14 @@ def _packing_flat(op: ir.Contraction, tensors, hw: HwModel, program: ir.Program,
     if not any(last in x.idx and _worth_panels(tensors[x.tensor], hw, constants)
                for x in op.inputs):
         return None
-    return flatten(op, tensors, source=program.source)
+    return _flat(op, tensors, program, memo)
 
 
 def choose_packing(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
-                   program: ir.Program, constants: Collection[str] = ()) -> Packing | None:
+                   program: ir.Program, constants: Collection[str] = (),
+                   memo: Flats | None = None) -> Packing | None:
     """The operand of `op` to pack and how, or None (the module docstring's rules)."""
-    flat = _packing_flat(op, tensors, hw, program, constants)
+    flat = _packing_flat(op, tensors, hw, program, constants, memo)
     if flat is None:
         return None
     out_plain = plain_indices(op.out_idx)
@@ -357,7 +381,8 @@ def _relayout_candidate(op: ir.Contraction) -> Relayout | None:
 
 def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileChoice,
                     program: ir.Program, panels: bool = True,
-                    constants: Collection[str] = ()) -> Relayout | Packing | None:
+                    constants: Collection[str] = (),
+                    memo: Flats | None = None) -> Relayout | Packing | None:
     """The operand of a CPU `+(x * y)` contraction to read from a copy whose last axis is the
     one that reads an output index (`_relayout_candidate`), when the search predicts the
     contraction reading the copy faster by more than the copy costs (without a time model:
@@ -376,7 +401,7 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     Constraints may mention other indices (a convolution's padding), not the one brought into
     the lanes: lanes cannot be masked.  Where the tile takes part of the index, the copy is in
     panels instead (a `Packing`, `_in_panels`), unless `panels` is False."""
-    got = _relayout_trial(op, tensors, program)
+    got = _relayout_trial(op, tensors, program, memo)
     if got is None:
         return None
     found, flat0, flat = got
@@ -405,7 +430,8 @@ def choose_relayout(op: ir.Contraction, tensors, hw: HwModel, choose_tile: TileC
     return _in_panels(found, flat, tile, t) if panels else found
 
 
-def _relayout_trial(op: ir.Contraction, tensors, program: ir.Program
+def _relayout_trial(op: ir.Contraction, tensors, program: ir.Program,
+                    memo: Flats | None = None
                     ) -> tuple[Relayout, FlatContraction, FlatContraction] | None:
     """(the operand to relay, `op` flattened as written, `op` reading the relaid copy
     flattened), which `choose_relayout` weighs; None where `op` has nothing to relay."""
@@ -417,14 +443,19 @@ def _relayout_trial(op: ir.Contraction, tensors, program: ir.Program
     found = _relayout_candidate(op)
     if found is None or rewritten(op, tensors, source=program.source) is not op:
         return None
-    flat0 = flatten(op, tensors, source=program.source)
+    flat0 = _flat(op, tensors, program, memo)
+    if memo is not None and (op.output, True) in memo:
+        return found, flat0, memo[(op.output, True)]
     new_tensors = dict(tensors)
     name = op.inputs[found.operand].tensor
     trial_name = fresh(f"{name}_t", set(tensors))
     new_tensors[trial_name] = ir.Tensor(trial_name, _moved(tensors[name].shape, found.axis),
                                         tensors[name].dtype)
     trial = _reading_relaid(op, found, trial_name)
-    return found, flat0, flatten(trial, new_tensors, source=program.source)
+    flat = flatten(trial, new_tensors, source=program.source)
+    if memo is not None:
+        memo[(op.output, True)] = flat
+    return found, flat0, flat
 
 
 def _in_panels(r: Relayout, flat: FlatContraction, tile: Sequence[int], t: ir.Tensor) \
