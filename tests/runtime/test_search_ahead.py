@@ -96,7 +96,11 @@ def test_a_workers_outcome_is_the_one_found_here(tmp_path):
     workers = prebuild.BuildWorkers(Runtime.get(None), 2)
     try:
         ahead = search_ahead.SearchAhead(workers, jobs)
-        ahead.close()  # withdraws nothing the workers took: they take at once
+        for _ in range(500):  # two workers take two jobs at once, the third after one
+            if "queued" not in ahead._state:
+                break
+            threading.Event().wait(0.01)
+        ahead.close()
     finally:
         workers.close()
     assert ahead.ahead >= 1

@@ -140,9 +140,12 @@ class BuildWorkers:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(_WORKER.parents[2])] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        # Where the device has a core beyond the workers and this process, each worker
+        # loads the driver's compiler on it before the first build asks for it.
+        warm = ["warm"] if runtime.compute_units > count + 1 else []
         for _ in range(count):
             self._procs.append(subprocess.Popen(
-                [sys.executable, str(_WORKER), str(where[0]), str(where[1])],
+                [sys.executable, str(_WORKER), str(where[0]), str(where[1]), *warm],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True, bufsize=1, env=env))
         self._alive = list(self._procs)

@@ -3,8 +3,9 @@ the process that started it (`prebuild.BuildWorkers`).
 
 Run as a script, not imported: it needs pyopencl and numpy only, so that it starts in a
 fraction of a second (tilec's planner is imported at the first search request).
-`python prebuild_worker.py PLATFORM DEVICE` opens that device and answers one JSON line per
-request line on stdin:
+`python prebuild_worker.py PLATFORM DEVICE [warm]` opens that device (with `warm`, building a
+tiny program at once, where a core is free for it) and answers one JSON line per request
+line on stdin:
 
     {"op": "texts", "file": PATH}     first: a JSON file of the programs' sources ("texts")
                                       and the build options ("options")
@@ -31,13 +32,18 @@ import sys
 IDLE_S = 120.0
 
 
-def _serve(platform: int, device_index: int) -> None:
+def _serve(platform: int, device_index: int, warm: bool = False) -> None:
     import numpy as np
     import pyopencl as cl
 
     device = cl.get_platforms()[platform].get_devices()[device_index]
     ctx = cl.Context([device])
     queue = cl.CommandQueue(ctx)
+    if warm:
+        # A process's first build loads the driver's kernel library (0.5 s on PoCL 3.1):
+        # done now, on a core the parent leaves free, while it generates the program.
+        cl.Program(ctx, "__kernel void tilec_warm(__global float* a) { a[0] = 1.0f; }"
+                   ).build()
     texts: list[str] = []
     options: list[str] = []
     programs: dict[int, object] = {}
@@ -102,4 +108,4 @@ def _serve(platform: int, device_index: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]))
+    _serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["warm"])
