@@ -45,7 +45,12 @@ output channels at a stride are copied with that axis last, so that the channels
 vector lanes; there constraints on other indices (padding) are allowed.  Where the tile takes
 part of the channels, the copy is in panels of the tile's channels, `W_panels[co_o, ci, i, j,
 co_i]`, rather than with the channels last: the column a work-item reads of the latter is as
-scattered as the filter's was (`_in_panels`)."""
+scattered as the filter's was (`_in_panels`).
+
+Long (over 500 lines) because it is one pass making two decisions about the same statements
+(panels, relaid copies): their rules, the list of the searches they ask (run ahead in other
+processes) and the statements they write share one set of helpers, and the docstring keeps
+the measurements behind each rule."""
 
 from __future__ import annotations
 

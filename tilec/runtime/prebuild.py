@@ -10,8 +10,9 @@ as a few parts (`split_parts`: the distinct kernels spread by text length over o
 worker, the same parts for the same kernels and worker count), and `BuildWorkers` has one
 process a core build those parts and launch each kernel once (one work-group over
 zero-filled buffers); the compiling process then builds and launches from the cache.
-Nothing a worker does is needed for correctness: what fails or is not done there is done in
-process, as without workers."""
+Started before the panels are chosen, the workers first run tile searches ahead of the
+compiling process (`search_ahead`).  Nothing a worker does is needed for correctness: what
+fails or is not done there is done in process, as without workers."""
 
 from __future__ import annotations
 
