@@ -104,11 +104,14 @@ def test_a_workers_outcome_is_the_one_found_here(tmp_path):
     finally:
         workers.close()
     assert ahead.ahead >= 1
+    cached = 0
     for flat in flats:
         here = search(flat, CPU, top_k=4)  # no cache: searched in this process
         found = search(flat, CPU, top_k=4, cache=tmp_path / "search")
         if found.cached:
+            cached += 1
             assert [t for t, _ in found.top] == [t for t, _ in here.top]
+    assert cached == ahead.ahead  # each answer a worker gave is in the cache
 
 
 def _convs() -> tuple[Graph, dict, np.ndarray]:

@@ -50,15 +50,16 @@ def plan_tile(kernel: ContractionKernel, hw: HwModel, config: Config, dtype: str
         tile = forced_sizes(forced, flat)
         _, lines = tile_log(flat, hw, tile, kernel.post_op_count, dtype, config.cost_model)
         return tile, lines, None
-    result = search(**search_arguments(kernel, hw, config, dtype))
+    result = search(**search_arguments(flat, hw, config, dtype, kernel.post_op_count))
     return tuple(result.tile), result.log_lines(0), result
 
 
-def search_arguments(kernel: ContractionKernel, hw: HwModel, config: Config,
-                     dtype: str) -> dict:
-    """The keyword arguments of `plan.search.search` for a contraction's tile."""
-    return dict(flat=kernel.flat, hw=hw, post_ops=kernel.post_op_count, dtype=dtype,
-                top_k=config.top_k, model=config.cost_model, cache=search_cache_dir(config))
+def search_arguments(flat, hw: HwModel, config: Config, dtype: str, post_ops: int = 0
+                     ) -> dict:
+    """The keyword arguments of `plan.search.search` for a flat contraction's tile (a
+    kernel's, with its post-ops; the panel choice's, without)."""
+    return dict(flat=flat, hw=hw, post_ops=post_ops, dtype=dtype, top_k=config.top_k,
+                model=config.cost_model, cache=search_cache_dir(config))
 
 
 def tile_searches(plan: KernelPlan, hw: HwModel, config: Config,
@@ -68,7 +69,8 @@ def tile_searches(plan: KernelPlan, hw: HwModel, config: Config,
     one has its outcome."""
     if search_cache_dir(config) is None:
         return []
-    return [search_arguments(k, hw, config, plan.program.tensors[k.op.output].dtype)
+    return [search_arguments(k.flat, hw, config, plan.program.tensors[k.op.output].dtype,
+                             k.post_op_count)
             for k in plan.kernels
             if isinstance(k, ContractionKernel) and forced_tile(config, k.op.output) is None
             and _record_tile(k, config, tuned) is None]
@@ -104,10 +106,13 @@ def _as_written(program: ir.Program, config: Config) -> set[str]:
     return forced
 
 
-def _panel_search(flat, hw: HwModel, config: Config) -> dict:
-    """`plan.search.search`'s keyword arguments for `packed`'s question about `flat`."""
-    return dict(flat=flat, hw=hw, dtype=flat.output.dtype, top_k=config.top_k,
-                model=config.cost_model, cache=search_cache_dir(config))
+def _forced_panel_tile(config: Config, flat) -> tuple[int, ...] | None:
+    """The tile the config forces on `packed`'s question about `flat` (one naming its
+    indices), or None: searched."""
+    given = forced_tile(config, flat.output.name)
+    if given is not None and set(given) <= set(flat.names):
+        return forced_sizes(given, flat)
+    return None
 
 
 def panel_searches(program: ir.Program, hw: HwModel, config: Config,
@@ -119,12 +124,10 @@ def panel_searches(program: ir.Program, hw: HwModel, config: Config,
 
     if not _packs(hw, config) or search_cache_dir(config) is None:
         return []
-    out = []
-    for flat in searched_flats(program, hw, constants, _as_written(program, config), memo):
-        given = forced_tile(config, flat.output.name)
-        if given is None or not set(given) <= set(flat.names):
-            out.append(_panel_search(flat, hw, config))
-    return out
+    return [search_arguments(flat, hw, config, flat.output.dtype)
+            for flat in searched_flats(program, hw, constants, _as_written(program, config),
+                                       memo)
+            if _forced_panel_tile(config, flat) is None]
 
 
 def packed(program: ir.Program, hw: HwModel, config: Config,
@@ -155,10 +158,10 @@ def packed(program: ir.Program, hw: HwModel, config: Config,
                 for op in program.ops[start:end]}
 
     def choose(flat):
-        given = forced_tile(config, flat.output.name)
-        if given is not None and set(given) <= set(flat.names):
-            return forced_sizes(given, flat), None
-        args = _panel_search(flat, hw, config)
+        tile = _forced_panel_tile(config, flat)
+        if tile is not None:
+            return tile, None
+        args = search_arguments(flat, hw, config, flat.output.dtype)
         if before_search is not None:
             before_search(args)
         r = search(**args)
@@ -284,7 +287,8 @@ def generate(plan: KernelPlan, hw: HwModel, config: Config,
                 result = None
             else:
                 if before_search is not None:
-                    before_search(search_arguments(k, hw, config, dtype))
+                    before_search(search_arguments(k.flat, hw, config, dtype,
+                                                   k.post_op_count))
                 tile, lines, result = plan_tile(k, hw, config, dtype)
                 if registers is not None and result is not None:
                     result = counted_plan(k, result, plan, hw, config, registers)

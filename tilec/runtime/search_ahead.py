@@ -50,9 +50,8 @@ class SearchAhead:
         with os.fdopen(fd, "wb") as f:
             pickle.dump(todo, f)
         self._file = Path(name)
-        jobs = todo
-        self._state = [_QUEUED] * len(jobs)
-        self._queue = list(range(len(jobs) - 1, -1, -1))
+        self._state = [_QUEUED] * len(todo)
+        self._queue = list(range(len(todo) - 1, -1, -1))
         self._cond = threading.Condition()
         self.ahead = 0  # searches the workers answered (for tests and reports)
         self._thread = threading.Thread(target=workers.serve, args=(self._take, self._done),
