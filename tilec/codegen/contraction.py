@@ -82,6 +82,7 @@ class _Contraction(Inputs, Outputs):
         # CPU models also stream loads through their updates (`stream.streamed`) and take
         # max/min as a compare and select (`update`).
         self.cpu = cpu
+        self.bases: dict[int, str] | None = None  # while a CPU body is written: `based_read`
         self.sched = sched
         self.flat: FlatContraction = sched.flat
         self.program = program
@@ -249,7 +250,14 @@ class _Contraction(Inputs, Outputs):
         longest = 8 if self.cpu else 16
         most = GPU_UNROLL_COPIES if not self.cpu and not self.pipe else UNROLL_COPIES
         points = len(self.points) if self.lanes_constrained else 0
-        for k in reversed(order if not s.rolled else []):  # rolled: a tuned variant
+        # Where every summed index is constrained (a padded NHWC max pool's window), the
+        # interior test runs at each window point (`Interior`) and each point has a masked
+        # copy too: the window stays rolled.  resnet50's 3x3 stride-2 pool on a Zen 4 (PoCL
+        # 3.1): code generation 0.35 -> 0.23 s, the kernel 0.070 -> 0.074 ms.  (Lane edges
+        # have their budget above.)
+        per_point = self.cpu and not points and Interior.applies(self) and \
+            set(self.red_idx) <= set(constrained(f))
+        for k in reversed(order if not s.rolled and not per_point else []):  # rolled: tuned
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
             if trips > longest or copies * trips > most or \
                     points * copies * trips > UNROLL_LANE_EDGE_POINTS:
@@ -307,6 +315,8 @@ class _Contraction(Inputs, Outputs):
                 out.append(f"if (!{self.constraint_text(ci, red_env)}) continue;")
         if not clean and self.lanes_constrained:
             return out + lane_edge(self)
+        # CPU reads from one base pointer an input (`based_read`), declared before the loads.
+        self.bases = {} if self.cpu else None
         # A padding constraint of a sum of products can zero the operand it guards instead of
         # guarding every update: one select per load, and branch-free FMAs.
         done = handled(self.stage_masks)
@@ -400,7 +410,8 @@ class _Contraction(Inputs, Outputs):
             return out + [x for _, lines in groups for x in lines] + [u for _, u in updates]
         spans = [self.span(t) for t in f.inputs]
         run = self.sched.run
-        return out + streamed(groups, updates, spans, where, run.input if run else None)
+        bases, self.bases = [self.bases[i] for i in sorted(self.bases)], None
+        return out + bases + streamed(groups, updates, spans, where, run.input if run else None)
 
     def render(self) -> KernelSource:
         f, s, k_ = self.flat, self.sched, self.kernel
