@@ -98,30 +98,33 @@ class Executable(Launcher):
                             else part_count(runtime, config.build_workers))
         if built is not None and workers is not None:
             workers.close()
+        kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
+                              s.flops, tuple(a.tensor for a in s.args),
+                              tuple(a.tensor for a in s.args if a.role == "out"))
+                   for s in sources]
+        sizes = {n: s.nbytes for n, s in specs.items()}
+        keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
+        memory = plan_memory(sources, sizes, keep)
+        self.specs, self.memory = dict(specs), memory  # (`_buffer_bytes`; `_setup` keeps them)
         self._prebuild = None if built is not None else Prebuild.start(
             runtime, parts, config.build_options, config.build_workers,
             _cache_root(config), started=workers)
+        if self._prebuild is not None:
+            # The workers generate the kernels' code from the parts they built while this
+            # process reads the same parts from the driver's cache.
+            self._launch_ahead(kernels)
         programs = (built,) if built is not None else tuple(
             runtime.build(p.text, config.build_options, config) for p in parts)
         home = {e: programs[i] for i, p in enumerate(parts) for e in p.entries}
         self._cl_programs = programs
         self.prebuilt = (0, 0)
         self.show_progress = False
-        kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
-                              s.flops, tuple(a.tensor for a in s.args),
-                              tuple(a.tensor for a in s.args if a.role == "out"))
-                   for s in sources]
         cl_kernels = {s.name: runtime.kernel(home[self.entries[s.name]], self.entries[s.name])
                       for s in sources}
-        sizes = {n: s.nbytes for n, s in specs.items()}
-        keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
-        memory = plan_memory(sources, sizes, keep)
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate,
                     replan=lambda more: plan_memory(sources, sizes, keep | more),
                     halos=plan.halos)
-        if self._prebuild is not None:
-            self._launch_ahead()
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
                 views: bool = False) -> dict[str, np.ndarray]:
@@ -146,13 +149,13 @@ class Executable(Launcher):
                  [self._buffer_bytes(a) for a in k.args], texts[self.entries[k.name]])
                 for k in kernels]
 
-    def _launch_ahead(self) -> None:
-        """Right after the build: the workers start on the kernels' first launches while this
-        process goes on (loading the parts, binding weights).  Plain copies are left out: a
-        bound one is computed on the host (`_on_host`), never launched."""
+    def _launch_ahead(self, kernels: list[KernelInfo]) -> None:
+        """Right after the workers' builds: they start on the kernels' first launches while
+        this process goes on (loading the parts, binding weights).  Plain copies are left
+        out: a bound one is computed on the host (`_on_host`), never launched."""
         copies = {k.name for k in self.plan.kernels
                   if isinstance(k, ContractionKernel) and is_plain_copy(k)}
-        self._prebuild.launch(self._first_launches([k for k in self.kernels
+        self._prebuild.launch(self._first_launches([k for k in kernels
                                                     if k.name not in copies]),
                               background=True)
 
