@@ -2,6 +2,7 @@
 vector access the CPU code can take (`plan.calibration.choose_access`), side by side.
 
     python benchmarks/kernel_build_times.py MODEL.onnx [--device Portable] [--top 12]
+    python benchmarks/kernel_build_times.py MODEL.onnx --against OLD_TREE [--rounds 2]
 
 For each form ("vload": vloadN/vstoreN, "plain": pointers to vector types) the model is
 compiled with the device's own hardware model but that form (tilec's caches in a new folder,
@@ -10,13 +11,18 @@ cache, which builds each as a program of its own and launches it once (one work-
 size, zero-filled buffers): PoCL generates a kernel's machine code at its first launch.  The
 kernels of the two compiles are matched by name.  Printed: the kernels that take longest in
 either form, and the totals of the kernels that compute and of the copies a model's weights
-go through at load (computed on the host where they are bound, so never launched there)."""
+go through at load (computed on the host where they are bound, so never launched there).
+
+`--against`: instead of the two forms, the device's own code from another tree of tilec (`git
+archive REV | tar -x -C OLD_TREE`) and from this one, each timed as above, the trees in turn
+for `--rounds` rounds (medians of each kernel's times)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,7 +65,7 @@ def _time_kernels(path: str) -> None:
     print(json.dumps(out))
 
 
-def _kernels(model: str, device: str, form: str) -> tuple[list[dict], list[str], str]:
+def _kernels(model: str, device: str, form: str | None) -> tuple[list[dict], list[str], str]:
     import tilec.onnx
     from tilec.config import Config
     from tilec.plan.fuse import ContractionKernel, is_plain_copy
@@ -69,7 +75,9 @@ def _kernels(model: str, device: str, form: str) -> tuple[list[dict], list[str],
         config = Config(device=device, cache_dir=Path(d), build_workers=0,
                         use_tuning_records=False)
         runtime = Runtime.get(device)
-        hw = replace(hw_model_for(None, config, runtime), vector_access=form)
+        hw = hw_model_for(None, config, runtime)
+        if form is not None:
+            hw = replace(hw, vector_access=form)
         exe = tilec.onnx.load(model, hw=hw, config=config, quiet=True).last.executable
     copies = {k.name for k in exe.plan.kernels
               if isinstance(k, ContractionKernel) and is_plain_copy(k)}
@@ -82,48 +90,93 @@ def _kernels(model: str, device: str, form: str) -> tuple[list[dict], list[str],
     return kernels, sorted(copies), runtime.info.label + ", " + runtime.info.platform_version
 
 
+def _dump(tree: str, model: str, device: str, out: str) -> None:
+    """In a fresh process: the device's own kernels of `model` as tree `tree` writes them."""
+    sys.path[:] = [tree] + [x for x in sys.path if x != str(ROOT)]
+    kernels, copies, label = _kernels(model, device, None)
+    Path(out).write_text(json.dumps({"kernels": kernels, "copies": copies, "label": label}))
+
+
+def _timed(kernels: list[dict], device: str) -> dict:
+    from tilec.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="tilec-buildtimes-") as d:
+        spec = Path(d) / "kernels.json"
+        spec.write_text(json.dumps({"device": device, "kernels": kernels,
+                                    "options": list(Config().build_options)}))
+        env = dict(os.environ, POCL_CACHE_DIR=f"{d}/pocl")
+        p = subprocess.run([sys.executable, __file__, "--time-kernels", str(spec)],
+                           env=env, capture_output=True, text=True, check=False)
+        if p.returncode:
+            raise SystemExit(f"timing the kernels failed:\n{p.stderr[-2000:]}")
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _against(args) -> tuple[dict, set, str, tuple[str, str]]:
+    """The two trees' kernels, timed in turn; per tree, each kernel's median times."""
+    given, copies, label = {}, set(), ""
+    trees = {"old": str(Path(args.against).resolve()), "new": str(ROOT)}
+    with tempfile.TemporaryDirectory(prefix="tilec-buildtimes-") as d:
+        for tag, tree in trees.items():
+            out = f"{d}/{tag}.json"
+            p = subprocess.run([sys.executable, __file__, args.model, "--device", args.device,
+                                "--dump", tree, out], capture_output=True, text=True,
+                               check=False)
+            if p.returncode:
+                raise SystemExit(f"the {tag} tree's kernels:\n{p.stderr[-2000:]}")
+            got = json.loads(Path(out).read_text())
+            given[tag], label = got["kernels"], got["label"]
+            copies |= set(got["copies"])
+    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for tag in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            runs[tag].append(_timed(given[tag], args.device))
+    times = {tag: {n: tuple(statistics.median(run[n][i] for run in rs) for i in (0, 1))
+                   for n in rs[0]} for tag, rs in runs.items()}
+    return times, copies, label, ("old", "new")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?")
     ap.add_argument("--device", default="Portable")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--against", metavar="OLD_TREE",
+                    help="compare the device's own code of another tree of tilec with this one")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against: rounds of each tree")
     ap.add_argument("--time-kernels", help=argparse.SUPPRESS)
+    ap.add_argument("--dump", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.time_kernels:
         _time_kernels(args.time_kernels)
         return 0
-    from tilec.config import Config
-
-    times, copies, label = {}, set(), ""
-    for form in FORMS:
-        kernels, copied, label = _kernels(args.model, args.device, form)
-        copies |= set(copied)
-        with tempfile.TemporaryDirectory(prefix="tilec-buildtimes-") as d:
-            spec = Path(d) / "kernels.json"
-            spec.write_text(json.dumps({"device": args.device, "kernels": kernels,
-                                        "options": list(Config().build_options)}))
-            env = dict(os.environ, POCL_CACHE_DIR=f"{d}/pocl")
-            p = subprocess.run([sys.executable, __file__, "--time-kernels", str(spec)],
-                               env=env, capture_output=True, text=True, check=False)
-            if p.returncode:
-                raise SystemExit(f"timing the {form} kernels failed:\n{p.stderr[-2000:]}")
-            times[form] = json.loads(p.stdout.strip().splitlines()[-1])
-    names = [n for n in times[FORMS[0]] if n in times[FORMS[1]]]
+    if args.dump:
+        _dump(args.dump[0], args.model, args.device, args.dump[1])
+        return 0
+    if args.against:
+        times, copies, label, forms = _against(args)
+    else:
+        times, copies, label, forms = {}, set(), "", FORMS
+        for form in FORMS:
+            kernels, copied, label = _kernels(args.model, args.device, form)
+            copies |= set(copied)
+            times[form] = _timed(kernels, args.device)
+    names = [n for n in times[forms[0]] if n in times[forms[1]]]
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {label}, "
           f"`python benchmarks/kernel_build_times.py {' '.join(sys.argv[1:])}`\n")
-    print("| kernel | build s (vload) | first launch s (vload) | build s (plain) "
-          "| first launch s (plain) |")
+    print(f"| kernel | build s ({forms[0]}) | first launch s ({forms[0]}) | build s ({forms[1]}) "
+          f"| first launch s ({forms[1]}) |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    worst = sorted(names, key=lambda n: -max(times[f][n][1] for f in FORMS))[:args.top]
+    worst = sorted(names, key=lambda n: -max(times[f][n][1] for f in forms))[:args.top]
     for n in worst:
-        row = " | ".join(f"{times[f][n][0]:.3f} | {times[f][n][1]:.3f}" for f in FORMS)
+        row = " | ".join(f"{times[f][n][0]:.3f} | {times[f][n][1]:.3f}" for f in forms)
         print(f"| `{n}` | {row} |")
     for label, group in (("kernels that compute", [n for n in names if n not in copies]),
                          ("weight copies (at load)", [n for n in names if n in copies])):
         if not group:
             continue
         row = " | ".join(f"{sum(times[f][n][0] for n in group):.2f} | "
-                         f"{sum(times[f][n][1] for n in group):.2f}" for f in FORMS)
+                         f"{sum(times[f][n][1] for n in group):.2f}" for f in forms)
         print(f"| **{len(group)} {label}** | {row} |")
     return 0
 

@@ -250,13 +250,14 @@ class _Contraction(Inputs, Outputs):
         longest = 8 if self.cpu else 16
         most = GPU_UNROLL_COPIES if not self.cpu and not self.pipe else UNROLL_COPIES
         points = len(self.points) if self.lanes_constrained else 0
-        # Where every summed index is constrained (a padded NHWC max pool's window), the
-        # interior test runs at each window point (`Interior`) and each point has a masked
-        # copy too: the window stays rolled.  resnet50's 3x3 stride-2 pool on a Zen 4 (PoCL
-        # 3.1): code generation 0.35 -> 0.23 s, the kernel 0.070 -> 0.074 ms.  (Lane edges
-        # have their budget above.)
-        per_point = self.cpu and not points and Interior.applies(self) and \
-            set(self.red_idx) <= set(constrained(f))
+        # A padded NHWC max or min pool (every summed index constrained): the interior test
+        # runs at each window point (`Interior`) and each point has a masked copy too, so
+        # the window stays rolled.  resnet50's 3x3 stride-2 pool on a Zen 4 (PoCL 3.1): code
+        # generation 0.35 -> 0.23 s, the kernel 0.070 -> 0.074 ms.  (Lane edges have their
+        # budget above; other sums over constrained indices, a defracted reshape's, run 2-5x
+        # slower rolled.)
+        per_point = self.cpu and not points and f.agg in (">", "<") and \
+            Interior.applies(self) and set(self.red_idx) <= set(constrained(f))
         for k in reversed(order if not s.rolled and not per_point else []):  # rolled: tuned
             trips = -(-s.tile[k] // (self.W if k == self.v else 1))
             if trips > longest or copies * trips > most or \
