@@ -168,7 +168,7 @@ def test_gpu_channel_loops_unrolled_unless_pipelined(shape, spatial, pipelined):
     copies of the body, `GPU_UNROLL_COPIES`) where the loop is not pipelined; a pipelined one
     keeps `UNROLL_COPIES` (the window rows rolled).  Both against numpy, outputs poisoned, at
     sizes the tiles do not divide."""
-    from tilec.codegen.contraction import GPU_UNROLL_COPIES, UNROLL_COPIES
+    from tilec.codegen.unroll import GPU_UNROLL_COPIES, UNROLL_COPIES
 
     assert 16 * 3 <= GPU_UNROLL_COPIES and 16 * 3 > UNROLL_COPIES
     tile = {"ci": 16, "co": 64, "i": 3, "j": 1, **spatial}
