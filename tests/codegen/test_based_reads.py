@@ -13,7 +13,7 @@ import pytest
 from tilec.plan.hw import HwModel
 
 from ..device import needs_device
-from .test_kernels import run_case
+from .test_kernels import run_tiled
 from .test_plain_builtins import avx2_cpu, contraction_texts
 
 NHWC_HALO = """function (D[N, X, Y, CI], K[I, J, CI, CO]) -> (O) {
@@ -109,6 +109,4 @@ RUNS = {
 @pytest.mark.parametrize("name", sorted(RUNS))
 @pytest.mark.parametrize("forced", [True, False])
 def test_based_reads_compute_the_reference(name, forced):
-    src, shapes, tile = RUNS[name]
-    tiles = {"*": tile} if forced else {}
-    run_case(src, shapes, tiles=tiles, use_disk_cache=False, use_tuning_records=False)
+    run_tiled(*RUNS[name], forced)

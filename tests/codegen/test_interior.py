@@ -10,7 +10,7 @@ import pytest
 from tilec.plan.hw import HwModel
 
 from ..device import needs_device
-from .test_kernels import run_case
+from .test_kernels import run_tiled
 from .test_plain_builtins import avx2_cpu, contraction_texts
 
 NHWC = """function (D[N, X, Y, CI], K[I, J, CO, CI]) -> (R) {
@@ -136,9 +136,7 @@ def test_nchw_depthwise_runs_vectors_along_its_padded_columns():
 @pytest.mark.parametrize("name", sorted(RUNS))
 @pytest.mark.parametrize("forced", [True, False])
 def test_interior_and_edge_compute_the_reference(name, forced):
-    src, shapes, tile = RUNS[name]
-    tiles = {"*": tile} if forced else {}
-    run_case(src, shapes, tiles=tiles, use_disk_cache=False, use_tuning_records=False)
+    run_tiled(*RUNS[name], forced)
 
 
 def test_transposed_convolutions_keep_the_clamped_loop():

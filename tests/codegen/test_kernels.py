@@ -25,6 +25,12 @@ def run_case(src: str, shapes: dict, *, dtype: str = "float32", seed: int = 0,
     return exe
 
 
+def run_tiled(src: str, shapes: dict, tile: dict, forced: bool) -> None:
+    """`run_case` with the tile `tile` forced on every contraction, or searched."""
+    run_case(src, shapes, tiles={"*": tile} if forced else {}, use_disk_cache=False,
+             use_tuning_records=False)
+
+
 def check_run(exe, seed: int = 0) -> tuple[dict, dict]:
     """Run `exe` on random inputs with its outputs poisoned first and check the outputs
     against the numpy reference; the inputs and outputs, for comparisons with other runs."""

@@ -76,14 +76,19 @@ class Inputs:
         there as `name` and clamped by clexpr.clamp (plain C: clamp() is a library call on
         some drivers, and a call in the loop spills every accumulator); without, clamp()."""
         t = self.flat.tensors[t_index]
-        lo, hi = self.offset_bounds(t.strides, t.offset, starts=width > 1)
-        hi += width - 1
-        if lo >= 0 and hi < t.size:
+        if self.stays_inside(t_index, width):
             return expr
         if decls is None:
             return f"clamp({expr}, 0, {t.size - width})"
         decls.append(f"const int {name} = {expr};")
         return clexpr.clamp(name, "0", str(t.size - width))
+
+    def stays_inside(self, t_index: int, width: int) -> bool:
+        """Whether every read of `width` elements of tensor t_index the kernel forms lies
+        inside the tensor (then `guarded` leaves its offset alone)."""
+        t = self.flat.tensors[t_index]
+        lo, hi = self.offset_bounds(t.strides, t.offset, starts=width > 1)
+        return lo >= 0 and hi + width - 1 < t.size
 
     def input_value(self, i: int, c: tuple[int, ...], decls: list[str] | None = None,
                     name: str = "g", clamp: bool = True, at: str | None = None,
@@ -152,10 +157,8 @@ class Inputs:
         if any(self.sched.ragged(k) for k in self.out_idx if t.strides[k]) or \
                 self.reads_meet(i):
             return None
-        if clamp:
-            lo, hi = self.offset_bounds(t.strides, t.offset, starts=self.span(t) > 1)
-            if lo < 0 or hi + self.span(t) - 1 >= t.size:
-                return None
+        if clamp and not self.stays_inside(i + 1, self.span(t)):
+            return None
         if i not in bases:
             first = self.point_env(tuple(0 for _ in self.out_idx))
             terms = [(t.strides[k], first[k]) for k in range(len(self.names))]
@@ -215,15 +218,17 @@ class Inputs:
     def _reads_meet(self, i: int) -> bool:
         t = self.flat.inputs[i]
         _, inner = self.loops()
+
+        def trips(lp: dict) -> int:
+            return -(-(lp["end"] - lp["start"]) // lp["step"])
+
         passes = [lp for lp in inner if lp.get("unroll")]
-        if inner and not inner[-1].get("unroll") and \
-                -(-(inner[-1]["end"] - inner[-1]["start"]) // inner[-1]["step"]) <= 16:
+        if inner and not inner[-1].get("unroll") and trips(inner[-1]) <= 16:
             passes.append(inner[-1])
         apart = {0}
         for lp in passes:
-            trips = -(-(lp["end"] - lp["start"]) // lp["step"])
             d = t.strides[lp["index"]] * lp["step"]
-            apart = {a + d * j for a in apart for j in range(1 - trips, trips)}
+            apart = {a + d * j for a in apart for j in range(1 - trips(lp), trips(lp))}
         apart.discard(0)
         if not apart:
             return False
