@@ -5,6 +5,7 @@ No device: the kernel runs of these programs are in test_kernels.py (kernel_case
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import replace
 from fractions import Fraction
@@ -91,19 +92,42 @@ def test_dense_transposed_conv_takes_its_post_ops() -> None:
     assert k.writes == ("R",) and "x_1" in k.op.indices
 
 
-def test_repeat_reduces_to_the_repeat() -> None:
+def test_repeat_is_written_apart() -> None:
+    # Each (n, k) writes its own element (3*n + k, k < 3: mixed radix): no change of basis,
+    # the flat output strides (3, 1) address it directly.
     src = "function (I[N]) -> (O) { O[3 * n + k : 3 * N] = =(I[n]), k < 3; }"
     prog, op = contraction_of(src, {"I": (7,)})
-    red, dfr = rewrite(op, prog.tensors)
-    assert red.name == "reduce" and red.notes == ("o0 = k + 3*n",)
-    assert subst_text(red) == {"n": "(-k + o0)/3"}  # k (range 3) completes the basis
-    assert [fmt(p) for p in red.integral] == ["(-k + o0)/3"]
-    assert subst_text(dfr) == {"o0": "3*o0_0 + o0_1", "k": "3*k_0 + o0_1"}
-    flat = flatten(dfr.op, prog.tensors)
-    assert flat.names == ("o0_0", "o0_1") and flat.ranges == (7, 3)  # k_0 is always 0
+    assert rewrite(op, prog.tensors) == ()
+    flat = flatten(op, prog.tensors)
+    assert dict(zip(flat.names, flat.ranges, strict=True)) == {"k": 3, "n": 7}
     assert plan_kernels(prog).kernels[0].out_map == "bijective"
-    nod = check_program(src.replace("k < 3", "k < 3 no_defract"), {"I": (7,)})
-    assert rewrite(nod.ops[0], nod.tensors) == ()
+
+
+@pytest.mark.parametrize("src", [
+    # k spans 4 points where 3 apart: 3*n + k overlaps, the sum needs the lattice
+    "function (I[N]) -> (O) { O[3 * n + k : 3 * N + 1] = +(I[n]), k < 4; }",
+    # the last points fall past the output (3*6 + 2 = 20 > 19)
+    "function (I[N]) -> (O) { O[3 * n + k : 20] = =(I[n]), k < 3; }",
+    # one variable in two output dimensions
+    "function (I[N]) -> (O) { O[n + k, n : 9, 7] = =(I[n]), k < 2; }",
+])
+def test_outputs_not_written_apart_are_reduced(src: str) -> None:
+    prog, op = contraction_of(src, {"I": (7,)})
+    assert rewrite(op, prog.tensors)[0].name == "reduce"
+
+
+def test_flattening_reshape_is_one_copy() -> None:
+    # A reshape of 7 dimensions into one (as ONNX's NLLLoss expansion writes it) is one index
+    # as flattened, not a lattice search for each element.
+    dims = (3, 5, 6, 6, 5, 3, 4)
+    iv = [f"i{k}" for k in range(len(dims))]
+    poly = " + ".join(f"{math.prod(dims[k + 1:])}*{v}" for k, v in enumerate(iv))
+    src = (f"function (X[{', '.join(f'D{k}' for k in range(7))}]) -> (R) {{ "
+           f"R[{poly} : {math.prod(dims)}] = =(X[{', '.join(iv)}]); }}")
+    prog, op = contraction_of(src, {"X": dims})
+    assert rewrite(op, prog.tensors) == ()
+    (k,) = plan_kernels(prog).kernels
+    assert k.out_map == "bijective" and k.flat.ranges == (math.prod(dims),)
 
 
 def test_scatter_form_completes_with_the_short_index() -> None:
@@ -125,12 +149,20 @@ def test_reversed_output_gets_a_positive_stride() -> None:
     assert plan_kernels(prog).kernels[0].out_map == "bijective"
 
 
-def test_subpixel_shuffle_reduces_both_spatial_dimensions() -> None:
+def test_subpixel_shuffle_is_written_apart() -> None:
     src, shapes = TRANSPOSED_CASES["subpixel_conv"]
     prog = check_program(src, shapes)
-    red, dfr = rewrite(prog.ops[1], prog.tensors)
-    assert red.notes == ("o1 = a + 2*x", "o2 = b + 2*y")
-    assert subst_text(dfr)["o1"] == "2*o1_0 + o1_1" and "x" not in dfr.op.indices
+    assert rewrite(prog.ops[1], prog.tensors) == ()
+    assert plan_kernels(prog).kernels[-1].out_map == "bijective"
+
+
+def test_overlapping_scatter_reduces_both_spatial_dimensions() -> None:
+    prog, op = contraction_of(
+        "function (I[X, Y]) -> (O) { O[2*x + a, 2*y + b : 2*X + 1, 2*Y + 1] = +(I[x, y]), "
+        "a < 3, b < 3; }", {"I": (4, 5)})
+    red, dfr = rewrite(op, prog.tensors)
+    assert red.notes == ("o0 = a + 2*x", "o1 = b + 2*y")
+    assert subst_text(dfr)["o0"] == "2*o0_0 + o0_1" and "x" not in dfr.op.indices
 
 
 def test_modulo_chains_plaidml_rejects_are_accepted() -> None:
@@ -151,7 +183,9 @@ def test_rewritten_programs_compute_the_same(name: str) -> None:
     prog = check_program(src, shapes)
     ops = tuple(rewritten(op, prog.tensors) if isinstance(op, ir.Contraction) else op
                 for op in prog.ops)
-    assert ops != prog.ops or name == "repeat_no_defract"
+    # Written apart (`writes_apart`): each point has its own output element, no rewrite.
+    assert (ops == prog.ops) == (name in (
+        "repeat", "repeat_no_defract", "subpixel_conv", "upsample2d_nearest"))
     rng = np.random.default_rng(3)
     arrays = {n: rng.uniform(-1, 1, prog.tensors[n].shape).astype(np.float32)
               for n in prog.inputs}
