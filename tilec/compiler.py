@@ -39,7 +39,7 @@ from .plan.fuse import (
 )
 from .plan.hw import HwModel
 from .runtime import compiled, search_ahead
-from .runtime.device import Runtime, hw_model_for
+from .runtime.device import Runtime, hw_model_for, measures_device, open_ahead
 from .runtime.launch import (
     NP,
     POISON,
@@ -247,14 +247,21 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         config = replace(config, device=device)
     if isinstance(dtype, str):
         dtype = normalize_dtype(dtype)
+    open_ahead(config, hw)  # the device probe and calibration's builds, while this checks
     key = None
-    if reuse and config.use_disk_cache:
-        runtime = Runtime.get(config.device)
+    reuse = reuse and config.use_disk_cache
+
+    def key_for(model: HwModel, runtime: Runtime) -> str:
+        return compiled.key(source, shapes, dtype, values, config, model, runtime,
+                            _records_digest(config),
+                            None if constants is None else sorted(constants))
+
+    # Where the device is yet to be calibrated no stored compile can match (its key holds the
+    # model the calibration makes): the check goes first, while the kernels warm up.
+    if reuse and not measures_device(hw, config, runtime := Runtime.get(config.device)):
         model = corrected_model(hw_model_for(hw, config, runtime), load_records(config),
                                 runtime)
-        key = compiled.key(source, shapes, dtype, values, config, model, runtime,
-                           _records_digest(config),
-                           None if constants is None else sorted(constants))
+        key = key_for(model, runtime)
         found = compiled.load(config, key)
         if found is not None:
             step(progress, "kernels from the cache", COMPILE_STEPS - 1)
@@ -270,6 +277,8 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     runtime = Runtime.get(config.device)
     records = load_records(config)  # read once: the correction and the kernels' records
     model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
+    if reuse and key is None:
+        key = key_for(model, runtime)
     program, splits = split_k(program, model, config)
     # Build workers start now: they open the device, then search tiles ahead of this process
     # while it packs panels and generates the kernels (`search_ahead`).

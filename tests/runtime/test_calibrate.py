@@ -239,3 +239,77 @@ def test_the_probe_and_calibration_print_no_compiler_warnings(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "calibrated (" in done.stdout
     assert "warning" not in done.stderr.lower(), done.stderr
+
+
+@needs_device
+def test_warm_launches_what_the_calibration_times(monkeypatch):
+    """`warm` (run ahead in a thread, `device.open_ahead`) makes every launch `calibrate` makes
+    (kernel, work-groups, work-group size), so that PoCL has generated each kernel's code for
+    it; the calibration then reuses the program warm built."""
+    from tilec.runtime.device import Runtime
+
+    runtime = Runtime.get(None)
+    seen: dict[bool, set] = {True: set(), False: set()}
+    real_run = calibrate._Meter.run
+
+    def run(self, kernel, groups, *args, local=None):
+        seen[self.dry].add((kernel.function_name, groups, local or self.local))
+        return real_run(self, kernel, groups, *args, local=local)
+
+    monkeypatch.setattr(calibrate._Meter, "run", run)
+    monkeypatch.setattr(calibrate, "_BUILT", {})
+    calibrate.warm(runtime.context, runtime.device, runtime.vector_limit)
+    assert len(calibrate._BUILT) == 1
+    made = calibrate.calibrate(runtime.context, runtime.device, runtime.vector_limit, "x")
+    assert len(calibrate._BUILT) == 1  # the same program
+    assert seen[True] == seen[False] and len(seen[True]) > 20
+    assert made.peak_gflops > 0 and made.dram_gbs > 0
+
+
+@needs_device
+def test_a_first_compile_checks_while_the_device_warms_and_measures_after(tmp_path,
+                                                                           monkeypatch):
+    """With no calibration stored, a compile opens the device and warms the calibration in a
+    thread while it checks the program, measures once that thread is done, and stores its
+    result under the key of the measured model (a second compile reads it back)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    import tilec
+    from tilec.runtime import device as dev
+
+    spec = dev.Runtime.get(None).info.label  # a spec of its own: opened anew here
+    monkeypatch.delitem(dev._RUNTIMES, spec, raising=False)
+    monkeypatch.delitem(dev._AHEAD, spec, raising=False)
+    monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path / "user")
+    order: list[str] = []
+
+    def slow_warm(context, device, limit):
+        time.sleep(0.3)
+        order.append("warm")
+
+    def fake(context, device, limit, label):
+        order.append("measure")
+        assert threading.current_thread() is threading.main_thread()
+        return cal(muladd="mad", vector_access="plain")
+
+    monkeypatch.setattr(calibrate, "warm", slow_warm)
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    src = "function (A[N], B[N]) -> (C) { C[i : N] = =(A[i] * B[i]); }"
+    cfg = Config(device=spec, cache_dir=tmp_path / "cache", use_tuning_records=False)
+    exe = tilec.compile(src, {"A": (64,), "B": (64,)}, config=cfg, reuse=True)
+    assert order == ["warm", "measure"]
+    rng = np.random.default_rng(5)
+    a, b = (rng.uniform(-1, 1, 64).astype(np.float32) for _ in range(2))
+    np.testing.assert_allclose(exe.run({"A": a, "B": b}, poison=True)["C"], a * b, rtol=1e-6)
+
+    def no_parse(*args, **kw):
+        raise AssertionError("the stored compile was not found")
+
+    import tilec.compiler
+
+    monkeypatch.setattr(tilec.compiler, "check_program", no_parse)
+    again = tilec.compile(src, {"A": (64,), "B": (64,)}, config=cfg, reuse=True)
+    assert again.source == exe.source and order == ["warm", "measure"]

@@ -311,6 +311,14 @@ def load(model: str | Path | Any, *, device: str | None = None,
     """Import an ONNX model (a path or a ModelProto) and compile it.  `shapes` fix symbolic
     input dimensions; without them the first call's arrays do.  A compile that takes more
     than a couple of seconds shows its progress on a terminal (stderr), unless `quiet`."""
+    from dataclasses import replace
+
+    from ..config import Config
+    from ..runtime.device import open_ahead
+
+    # The device opens (and its first compile's calibration builds) while the model is read.
+    base = config or Config()
+    open_ahead(replace(base, device=device) if device is not None else base, hw)
     return OnnxExecutable(read_model(model), device=device, hw=hw, config=config,
                           validate=validate, passes=passes, shapes=shapes, quiet=quiet)
 

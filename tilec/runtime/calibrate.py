@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 import warnings
 from dataclasses import replace
@@ -122,7 +123,59 @@ def apply(model: HwModel, cal: Calibration | None) -> HwModel:
 def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = ""
               ) -> Calibration:
     """Measure `device` (about 1-2 s on a 2-core CPU, most of it PoCL compiling the kernels;
-    0.3 s when PoCL's kernel cache has them).  `label` names it in reports."""
+    0.3 s when PoCL's kernel cache has them or `warm` ran).  `label` names it in reports."""
+    return _calibrate(context, device, vector_limit, label, dry=False)
+
+
+def warm(context: Any, device: Any, vector_limit: int | None) -> None:
+    """Every launch `calibrate` makes, made once with one iteration and small buffers: the
+    program is built and each kernel's code generated for the work-group counts it will run
+    with (PoCL generates a kernel's machine code at its first launch of a size), so that the
+    calibration that follows only measures.  Meant for a thread while the compile reads its
+    program (`device.open_ahead`); nothing is timed."""
+    _calibrate(context, device, vector_limit, "", dry=True)
+
+
+# Calibration programs built by `warm`, for `calibrate` in the same process: (context, text).
+_BUILT: dict[tuple[int, str], Any] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _program(cl: Any, context: Any, text: str) -> Any:
+    key = (id(context), text)
+    with _BUILT_LOCK:
+        found = _BUILT.get(key)
+    if found is not None:
+        return found
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # -w: PoCL's compiler prints its warnings to the process's stderr itself (on AVX2
+        # CPUs "25 warnings generated." for the float16 kernels, whose calls change the
+        # ABI), where a user's first compile would show them; the kernels are tilec's own.
+        prg = _Kernels(cl, cl.Program(context, text).build(options=["-w"]))
+    with _BUILT_LOCK:
+        _BUILT[key] = prg
+    return prg
+
+
+class _Kernels:
+    """A built program's kernels by attribute, each created once: `warm` and `calibrate`
+    launch the same kernel objects (a kernel's generated code stays with it)."""
+
+    def __init__(self, cl: Any, program: Any):
+        self._cl, self._program = cl, program
+        self._made: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._made:
+            self._made[name] = self._cl.Kernel(self._program, name)
+        return self._made[name]
+
+
+def _calibrate(context: Any, device: Any, vector_limit: int | None, label: str, *,
+               dry: bool) -> Calibration:
     import pyopencl as cl
 
     start = time.perf_counter()
@@ -141,13 +194,8 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
     # loops over many; GPUs: full groups.
     local = 1 if is_cpu else min(256, 1 << (int(device.max_work_group_size).bit_length() - 1))
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # -w: PoCL's compiler prints its warnings to the process's stderr itself (on AVX2
-        # CPUs "25 warnings generated." for the float16 kernels, whose calls change the
-        # ABI), where a user's first compile would show them; the kernels are tilec's own.
-        prg = cl.Program(context, ck.source(widths, read_w, exp_w)).build(options=["-w"])
-    m = _Meter(cl, context, queue, local)
+    prg = _program(cl, context, ck.source(widths, read_w, exp_w))
+    m = _Meter(cl, context, queue, local, dry)
     rounds = _muladd_rounds(m, prg, widths, 4 * cus)
     form, width, peak = choose_form(rounds)
     access = _access_rounds(m, prg, max(widths), 4 * cus)
@@ -166,18 +214,25 @@ def calibrate(context: Any, device: Any, vector_limit: int | None, label: str = 
 class _Meter:
     """Launches with event timing."""
 
-    def __init__(self, cl: Any, context: Any, queue: Any, local: int):
+    def __init__(self, cl: Any, context: Any, queue: Any, local: int, dry: bool = False):
         self.cl, self.context, self.queue, self.local = cl, context, queue, local
         self.out = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 << 20)
+        # Dry (`warm`): every count argument (iterations, vectors, repetitions) is 1, so a
+        # launch reads a few vectors at the start of its buffer; times are a stand-in.
+        self.dry = dry
 
     def run(self, kernel: Any, groups: int, *args: Any, local: int | None = None) -> float:
         """Seconds of device time of one launch of `groups` work-groups."""
         size = local or self.local
+        if self.dry:
+            args = tuple(np.int32(1) if isinstance(a, np.int32) else a for a in args)
         event = kernel(self.queue, (groups * size,), (size,), self.out, *args)
         event.wait()
-        return (event.profile.end - event.profile.start) * 1e-9
+        return 1e-3 if self.dry else (event.profile.end - event.profile.start) * 1e-9
 
     def buffer(self, nbytes: int) -> Any:
+        if self.dry:
+            nbytes = min(nbytes, 64 << 20)
         buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
         # Zeros: fresh pages, and no denormals or NaNs to slow the additions.
         self.cl.enqueue_fill_buffer(self.queue, buf, np.float32(0), 0, nbytes).wait()
