@@ -442,3 +442,34 @@ def test_search_cache_digest_covers_every_module_a_search_imports() -> None:
             "schedule", "trust", "space", "flat", "hw", "layout"} <= names
     assert "chain" not in names and "fuse" not in names
     assert all(m.__name__.startswith("tilec.plan.") for m in search_mod.search_modules())
+
+
+@given(flats(), hw_models(), st.integers(0, 3))
+@settings(max_examples=120, deadline=None)
+def test_output_tiles_over_registers_go_before_their_reduction_tiles(
+        flat: FlatContraction, hw: HwModel, post_ops: int) -> None:
+    """On a CPU the output tiles over the registers are dropped before the reduction tiles
+    multiply them (`space._within_registers`): the same top tiles and the same tallies as
+    scoring every tile."""
+    from unittest import mock
+
+    from tilec.plan import space
+
+    def every(out_rows, *args):
+        return out_rows
+
+    def run():
+        try:
+            return search(flat, hw, post_ops=post_ops, top_k=5)
+        except TileError as e:
+            return str(e)
+
+    filtered = run()
+    with mock.patch.object(space, "_within_registers", every):
+        scored = run()
+    if isinstance(filtered, str) or isinstance(scored, str):
+        assert filtered == scored
+        return
+    assert [t for t, _ in filtered.top] == [t for t, _ in scored.top]
+    assert (filtered.candidates_scored, filtered.rejected_regs, filtered.pruned) == \
+        (scored.candidates_scored, scored.rejected_regs, scored.pruned)

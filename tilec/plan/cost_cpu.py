@@ -275,11 +275,12 @@ def many_cpu(flat: FlatContraction, hw: HwModel, T: np.ndarray, A: np.ndarray,
     # The kernel's own traffic (l2s, drs) counts its sweep; the score keeps PlaidML's plan,
     # one tile a work-item (its ranking is what `--model plaidml` means).
     fastest = np.where(has_f, np.array(outs or [-1])[fpos], -1)
+    panel = largest_panel(flat, T)
+    big = panel[0]
     _, swept = sweep_many(flat, T, hw, vec_index=u, lanes=v, acc=acc_vregs, es=es, groups=wg,
-                          fastest=fastest)
+                          fastest=fastest, panel=panel)
     reuse = sweep_reuse(swept, chunk_bytes=mr, partial_bytes=acc_vregs * v * es,
                         l1_bytes=hw.l1_bytes)
-    big, _ = largest_panel(flat, T)
     l2s, drs = l2b, dram
     group_bytes = il * mr + mw
     for i, (t, ld, size) in enumerate(zip(flat.inputs, loads, c["sizes"], strict=True)):

@@ -83,13 +83,16 @@ def choose_sweep(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
 
 def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: int | None,
                lanes: np.ndarray, acc: np.ndarray, es: int, groups: np.ndarray,
-               fastest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               fastest: np.ndarray | None = None,
+               panel: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """`choose_sweep` for every row of tiles T (n x len(names)): the swept index (-1: none)
     and the register tiles a work-item runs along it (1: none).  The cost model asks it for
     every candidate tile, so that a tile whose sweep keeps its filter block in L1 is scored
     with the L2 traffic it really makes.  `fastest` (per row, -1: none): the output index whose
     work-groups run one after another; the L2 cap holds where no streamed input depends on
-    it (consecutive work-items then read the same streamed rows)."""
+    it (consecutive work-items then read the same streamed rows).  `panel`: the rows'
+    `largest_panel`, where the caller has it."""
     n = T.shape[0]
     index, tiles = np.full(n, -1, np.int64), np.ones(n, np.int64)
     if hw.kind != "cpu" or not flat.inputs or not hw.l1_bytes or \
@@ -98,7 +101,7 @@ def sweep_many(flat: FlatContraction, T: np.ndarray, hw: HwModel, *, vec_index: 
     blocked = np.zeros(n, bool)
     for k in flat.reduce_indices:
         blocked |= T[:, k] < flat.ranges[k]
-    big, elems = largest_panel(flat, T)
+    big, elems = panel if panel is not None else largest_panel(flat, T)
     live = blocked & (elems * es > hw.l1_bytes)
     part = acc * lanes * es  # one tile's partial sums
     cus = hw.compute_units or max(1, hw.goal_groups // 4)
