@@ -76,8 +76,10 @@ STREAM_CYCLES = 1.0
 TILE_CYCLES = 32
 
 
+@functools.lru_cache(maxsize=512)
 def cpu_consts(flat: FlatContraction, hw: HwModel, es: int, me: int) -> dict[str, Any]:
-    """Per-input facts that do not depend on the tile."""
+    """Per-input facts that do not depend on the tile (kept for the search's many calls:
+    read only)."""
     full = [read_plan(flat.names, t, flat.ranges, me) for t in flat.inputs]
     sizes = []
     for plan in full:
