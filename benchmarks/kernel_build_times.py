@@ -69,7 +69,8 @@ def _kernels(model: str, device: str, form: str | None) -> tuple[list[dict], lis
     import tilec.onnx
     from tilec.config import Config
     from tilec.plan.fuse import ContractionKernel, is_plain_copy
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     with tempfile.TemporaryDirectory(prefix="tilec-buildtimes-") as d:
         config = Config(device=device, cache_dir=Path(d), build_workers=0,

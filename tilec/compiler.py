@@ -39,7 +39,8 @@ from .plan.fuse import (
 )
 from .plan.hw import HwModel
 from .runtime import compiled, search_ahead
-from .runtime.device import Runtime, hw_model_for, measures_device, open_ahead
+from .runtime.device import Runtime
+from .runtime.device_model import hw_model_for, measures_device, open_ahead
 from .runtime.launch import (
     NP,
     POISON,

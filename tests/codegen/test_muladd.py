@@ -40,7 +40,8 @@ def device(base: str | None) -> str | None:
 
 
 def model(base: str | None, form: str) -> HwModel:
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     runtime = Runtime.get(device(base))
     hw = hw_model_for(base, Config(device=device(base), calibrate=False), runtime)

@@ -144,7 +144,8 @@ def test_devices_calibrate_on_the_cpu(calibrated, monkeypatch, capsys):
 
 @needs_device
 def test_compiles_use_the_stored_calibration_only_when_allowed(calibrated, monkeypatch):
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     _, root = calibrated
     runtime = Runtime.get(None)
@@ -179,7 +180,8 @@ def test_a_device_is_measured_on_its_first_compile(kind, tmp_path, monkeypatch):
     back); calibrate=False never measures."""
     from types import SimpleNamespace
 
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     real = Runtime.get(None)
     runtime = SimpleNamespace(info=dataclasses.replace(real.info, kind=kind), device=real.device,
@@ -202,7 +204,8 @@ def test_a_simulator_is_measured_only_when_asked(tmp_path, monkeypatch):
 
     import pyopencl as cl
 
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     real = Runtime.get(None)
     every = cl.device_type.CPU | cl.device_type.GPU | cl.device_type.ACCELERATOR
@@ -279,10 +282,11 @@ def test_a_first_compile_checks_while_the_device_warms_and_measures_after(tmp_pa
 
     import tilec
     from tilec.runtime import device as dev
+    from tilec.runtime import device_model
 
     spec = dev.Runtime.get(None).info.label  # a spec of its own: opened anew here
     monkeypatch.delitem(dev._RUNTIMES, spec, raising=False)
-    monkeypatch.delitem(dev._AHEAD, spec, raising=False)
+    monkeypatch.delitem(device_model._AHEAD, spec, raising=False)
     monkeypatch.setattr(memo, "default_cache_root", lambda: tmp_path / "user")
     order: list[str] = []
 

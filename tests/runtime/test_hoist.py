@@ -78,7 +78,8 @@ def test_a_weight_computed_from_constants_is_relaid_however_slow_a_launch():
     outweighed the gain, the scale was fused into every call's convolution, nothing hoisted)."""
     import dataclasses
 
-    from tilec.runtime.device import Runtime, hw_model_for
+    from tilec.runtime.device import Runtime
+    from tilec.runtime.device_model import hw_model_for
 
     rng = np.random.default_rng(5)
     g = _conv_graph(rng)

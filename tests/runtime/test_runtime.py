@@ -90,7 +90,7 @@ def test_named_model_vectors_capped_on_a_device_that_computes_them_wrongly():
 
     from tilec.config import Config
     from tilec.errors import TileError, TileWarning
-    from tilec.runtime.device import hw_model_for
+    from tilec.runtime.device_model import hw_model_for
 
     fake = types.SimpleNamespace(vector_limit=4, info=types.SimpleNamespace(label="probe: cpu"))
     with pytest.warns(TileWarning, match="computes vectors wider than 4 wrongly"):

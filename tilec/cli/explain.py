@@ -30,7 +30,8 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
     records: dict = {}  # kernel name -> tuning record (on the device explained only)
     if hw_name in (None, "", "auto"):
         from ..compiler import corrected_model, load_records
-        from ..runtime.device import Runtime, hw_model_for
+        from ..runtime.device import Runtime
+        from ..runtime.device_model import hw_model_for
         from ..tune.records import DeviceKey, lookup
         from .options import cache_settings
 

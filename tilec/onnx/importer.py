@@ -314,7 +314,7 @@ def load(model: str | Path | Any, *, device: str | None = None,
     from dataclasses import replace
 
     from ..config import Config
-    from ..runtime.device import open_ahead
+    from ..runtime.device_model import open_ahead
 
     # The device opens (and its first compile's calibration builds) while the model is read.
     base = config or Config()

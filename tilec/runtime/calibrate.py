@@ -132,7 +132,7 @@ def warm(context: Any, device: Any, vector_limit: int | None) -> None:
     program is built and each kernel's code generated for the work-group counts it will run
     with (PoCL generates a kernel's machine code at its first launch of a size), so that the
     calibration that follows only measures.  Meant for a thread while the compile reads its
-    program (`device.open_ahead`); nothing is timed."""
+    program (`device_model.open_ahead`); nothing is timed."""
     _calibrate(context, device, vector_limit, "", dry=True)
 
 

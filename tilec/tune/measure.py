@@ -40,7 +40,8 @@ from ..plan.predict import bottleneck_of
 from ..plan.rows import RowKernel
 from ..plan.schedule import MOVED_BACK, ROLLED, UNPIPELINED
 from ..plan.worksize import elementwise_local_sizes, thread_budgets
-from ..runtime.device import Runtime, hw_model_for
+from ..runtime.device import Runtime
+from ..runtime.device_model import hw_model_for
 from ..runtime.registers import register_counter
 from .bench import Bench, Candidate, Measurement, Progress, Runner, Timer
 from .records import (
