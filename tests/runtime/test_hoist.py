@@ -175,3 +175,39 @@ def test_an_input_only_host_kernels_read_is_uploaded_when_the_device_needs_it():
     assert set(exe.hoisted) <= set(exe.last_timings), "the bound kernels ran again"
     np.testing.assert_allclose(out["C"], a @ w.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["D"], a @ (s2 * 2.5 + 1.0).T, rtol=1e-5, atol=1e-5)
+
+
+@needs_device
+def test_arguments_are_set_once_and_again_after_bind_moves_buffers(monkeypatch):
+    """A kernel's arguments are set at its first launch only (a model's call launches dozens
+    of kernels); `bind` moves what it computes out of the buffer pool, and the kernels that
+    read or write those buffers get their arguments set again."""
+    src = """function (A[M, K], W[N, K]) -> (C) {
+      Wt[k, n : K, N] = =(W[n, k]);
+      T[m, n : M, N] = +(A[m, k] * Wt[k, n]);
+      C = T * 2.0;
+    }"""
+    exe = tilec.compile(src, {"A": (7, 13), "W": (10, 13)})
+    rt = exe.runtime
+    real = type(rt).launch
+    set_for: list[bool] = []
+
+    def launch(self, kernel, global_size, local_size, args):
+        set_for.append(args is not None)
+        return real(self, kernel, global_size, local_size, args)
+
+    monkeypatch.setattr(type(rt), "launch", launch)
+    rng = np.random.default_rng(6)
+    w = rng.uniform(-1, 1, (10, 13)).astype(np.float32)
+    for _ in range(3):
+        a = rng.uniform(-1, 1, (7, 13)).astype(np.float32)
+        got = exe.run({"A": a, "W": w}, poison=True)["C"]
+        np.testing.assert_allclose(got, 2 * a @ w.T, rtol=1e-5, atol=1e-5)
+    launches = len(exe.kernels)
+    assert set_for == [True] * launches + [False] * (2 * launches)
+    set_for.clear()
+    exe.bind({"W": w})
+    a = rng.uniform(-1, 1, (7, 13)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"A": a}, poison=True)["C"], 2 * a @ w.T, rtol=1e-5,
+                               atol=1e-5)
+    assert any(set_for)  # set again for the moved buffers

@@ -104,7 +104,10 @@ class Launcher:
         self.hoisted: tuple[str, ...] = ()  # kernels run by `bind`, not by every call
         self._hoist_reads: set[str] = set()  # the bound inputs they depend on
         self.bind_timings: dict[str, float] = {}
-        self._args_set: dict[str, list] = {}  # the buffers each kernel was last launched with
+        # The buffers each kernel's arguments were set to: set once, again only after the
+        # memory plan changes (a model's call launches dozens of kernels, and setting their
+        # arguments, or even finding their buffers by name, costs as much as the launch).
+        self._args_set: dict[str, list] = {}
         # Buffers whose border holds a value no kernel writes (`plan.halo`): filled when the
         # buffer is made, and again after poisoning.  They keep their own buffers.
         self.halos = {h.root: h for h in halos}
@@ -165,6 +168,7 @@ class Launcher:
             self.memory = self._replan(kept)
             self._buffers = {k: b for k, b in self._buffers.items()
                              if not (isinstance(k, tuple) and k[0] == "pool")}
+            self._args_set.clear()
         self.hoisted, self._hoist_reads = tuple(sorted(hoisted)), deps
         # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
         for name in sorted(kept):
@@ -284,14 +288,14 @@ class Launcher:
         for r in range(max(1, repeat)):
             events = []
             for k in kernels:
-                args = [self._buffer(a) for a in k.args]
-                # Arguments are set again only when a buffer changed (a model's call launches
-                # dozens of kernels: setting them costs as much as the launch).
-                last = self._args_set.get(k.name)
-                same = last is not None and all(a is b for a, b in zip(args, last, strict=True))
-                self._args_set[k.name] = args
-                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
-                                                 k.local_size, None if same else args)))
+                args = self._args_set.get(k.name)
+                if args is None:
+                    args = self._args_set[k.name] = [self._buffer(a) for a in k.args]
+                    events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
+                                                     k.local_size, args)))
+                else:
+                    events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
+                                                     k.local_size, None)))
             if then is not None and r == max(1, repeat) - 1:
                 then()
             rt.finish()
