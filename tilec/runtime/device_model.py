@@ -4,6 +4,7 @@ thread, while a compile reads and checks its program (`open_ahead`)."""
 
 from __future__ import annotations
 
+import atexit
 import threading
 import warnings
 from dataclasses import replace
@@ -58,8 +59,18 @@ def open_ahead(config: Config, hw: HwModel | str | None = None) -> None:
             pass
 
     thread = threading.Thread(target=work, name="tilec-open-device", daemon=True)
+    if not _AHEAD:
+        # A process that ends early (a program with an error) waits for the driver's calls
+        # in flight: a daemon thread stopped inside them could leave the driver's locks held
+        # for its own exit handlers.
+        atexit.register(_join_ahead)
     _AHEAD[spec] = thread
     thread.start()
+
+
+def _join_ahead() -> None:
+    for thread in list(_AHEAD.values()):
+        thread.join(timeout=60)
 
 
 def measures_device(hw: HwModel | str | None, config: Config, runtime: Runtime) -> bool:
