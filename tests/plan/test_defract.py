@@ -255,6 +255,15 @@ def test_explain_shows_the_table_before_and_after_each_rewrite() -> None:
     assert "Rewrites" not in plain
 
 
+def test_explain_says_why_an_output_written_apart_needs_no_rewrite() -> None:
+    from tilec.cli.explain import explain
+
+    src, shapes = TRANSPOSED_CASES["repeat"]
+    text = explain(src, shapes, "float32", "pocl-cpu", None, {}, 1, None)
+    assert "Rewrites before flattening: none; each index point writes an output element " \
+        "of its own" in text
+
+
 def test_describe_steps_without_rewrites_is_the_table() -> None:
     prog, op = contraction_of(*CASES["matmul_odd"])
     text = describe_steps(op, (), prog.tensors)
