@@ -473,3 +473,39 @@ def test_output_tiles_over_registers_go_before_their_reduction_tiles(
     assert [t for t, _ in filtered.top] == [t for t, _ in scored.top]
     assert (filtered.candidates_scored, filtered.rejected_regs, filtered.pruned) == \
         (scored.candidates_scored, scored.rejected_regs, scored.pruned)
+
+
+def _padded_conv() -> FlatContraction:
+    """A 3x3 'same' convolution (constraints keep the window inside the image)."""
+    from tilec.lang.api import check_program
+    from tilec.plan.fuse import plan_kernels
+
+    src = """function (D[N, X, Y, CI], K[I, J, CI, CO]) -> (O) {
+      O[n, x, y, co : N, X, Y, CO] = +(D[n, x+i-1, y+j-1, ci] * K[i, j, ci, co]);
+    }"""
+    prog = check_program(src, {"D": (1, 14, 14, 32), "K": (3, 3, 32, 48)})
+    return plan_kernels(prog).kernels[0].flat
+
+
+@pytest.mark.parametrize("hw", [CPU, HwModel.load("nvidia-h100")], ids=["cpu", "gpu"])
+def test_an_untrusted_time_ranking_reuses_the_pass_for_plaidmls_score(hw) -> None:
+    """A padded window's search keeps the best by PlaidML's score in its timed pass
+    (`ranked_tiles(by_score=...)`): the same top tiles and tallies as scoring again."""
+    from unittest import mock
+
+    from tilec.plan import search as search_module
+
+    flat = _padded_conv()
+    assert flat.constraints or flat.windowed
+    once = search(flat, hw, post_ops=1)
+    real = search_module.ranked_tiles
+
+    def twice(cands, top_k, es, args, strategy, by_score=None):
+        return real(cands, top_k, es, args, strategy)
+
+    with mock.patch.object(search_module, "ranked_tiles", twice):
+        again = search(flat, hw, post_ops=1)
+    assert once.ranked_by_time == again.ranked_by_time
+    assert [t for t, _ in once.top] == [t for t, _ in again.top]
+    assert (once.candidates_scored, once.rejected_regs, once.pruned) == \
+        (again.candidates_scored, again.rejected_regs, again.pruned)

@@ -162,14 +162,21 @@ def search(flat: FlatContraction, hw: HwModel, post_ops: int = 0, dtype: str = "
     if count(cands) > limit:
         strategy = "beam"
     timed = logged
-    best, tally = ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
-                                strategy) if logged else (None, None)
     window = flat.constraints or flat.windowed  # a padded window, bordered or not
+    # Where the times may not be trusted (a padded window), the same pass keeps the best by
+    # PlaidML's score too: a third of a model's search time went to scoring them again.
+    by_score: list = [] if window else None  # type: ignore[assignment]
+    best, tally = ranked_tiles(cands, top_k, es, (flat, hw, post_ops, dtype, post_inputs, True),
+                                strategy, by_score) if logged else (None, None)
     if logged and window and not (best.shape[0] and time_ranks(flat, best[0], hw)):
         timed = False
     if not timed:
-        best, tally = ranked_tiles(cands, top_k, es,
-                                    (flat, hw, post_ops, dtype, post_inputs, False), strategy)
+        if by_score:
+            best, tally = by_score
+        else:
+            best, tally = ranked_tiles(cands, top_k, es,
+                                        (flat, hw, post_ops, dtype, post_inputs, False),
+                                        strategy)
     best = best[[staged_fits(flat, row, hw) for row in best]] if best.shape[0] else best
     if best.shape[0] == 0:
         ones = tuple(1 for _ in flat.ranges)

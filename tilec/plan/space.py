@@ -10,6 +10,7 @@ spread, `_exhaustive`), taken where clearly faster than the pool's best."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -95,17 +96,23 @@ BEAM = 64
 
 
 def ranked_tiles(cands: list[list[int]], top_k: int, es: int, args: tuple,
-                  strategy: str) -> tuple[np.ndarray, list[int]]:
+                  strategy: str, by_score: list | None = None) -> tuple[np.ndarray, list[int]]:
     """The best top_k tiles by the args' ranking.  The time model's first pass is approximate
     (`predict_many(exact=False)`): a wider pool of its best tiles is predicted exactly and
-    ranked again."""
+    ranked again.  `by_score` (a list, timed exhaustive searches): receives the top_k by
+    PlaidML's score of the same tiles, which an untimed search would return, so that a
+    search that cannot trust the times (`search`) need not score every tile again."""
     timed = args[-1]
     pool = max(top_k, POOL) if timed else top_k
     spread = np.zeros((0, len(cands)), np.int64)
     if strategy == "beam":
         best, tally = _beam(cands, pool, args)
     else:
-        best, tally, spread = _exhaustive(cands, pool, es, args)
+        best, tally, spread = _exhaustive(cands, pool, es, args,
+                                          score_k=top_k if by_score is not None else 0)
+        if by_score is not None:
+            best, scored = best
+            by_score[:] = [scored, list(tally)]
     if timed and best.shape[0]:
         best = _exact_order(best, _new_rows(spread, best), args)[:top_k]
     return best, tally
@@ -132,10 +139,12 @@ def _product(lists: list[list[int]]) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grids], axis=1)
 
 
-def _exhaustive(cands: list[list[int]], top_k: int, es: int,
-                args: tuple) -> tuple[np.ndarray, list[int], np.ndarray]:
+def _exhaustive(cands: list[list[int]], top_k: int, es: int, args: tuple,
+                score_k: int = 0) -> tuple[Any, list[int], np.ndarray]:
     """The top_k tiles, the tally and, on a GPU with the time model, the spread: for each
-    reduction tile, the output tile with the least approximate time.  The approximate pass
+    reduction tile, the output tile with the least approximate time.  With `score_k`, the
+    first is a pair: the top_k tiles and the score_k best by PlaidML's score alone (the
+    ranking without "time", as an untimed search ranks).  The approximate pass
     misjudges some reduction-tile shapes as a whole (it splits threads as PlaidML's layout
     does): at N=1 224x224 the seed convolution's tiles with a 3x1 window tile were all
     outside its top 64 though predicted 30% faster exactly, and ran 18% faster on the H200;
@@ -165,6 +174,7 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
         out_rows = _within_registers(out_rows, outs, red_rows.shape[0], k, args, tally)
     best = np.zeros((0, k), np.int64)
     best_stats: dict[str, np.ndarray] = {}
+    scored, scored_stats = best, best_stats  # (`score_k`)
     per = max(1, CHUNK // max(1, red_rows.shape[0]))
     nr = red_rows.shape[0]
     spread_t = np.full(nr, np.inf)
@@ -184,7 +194,12 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int,
             spread[lower] = tiles.reshape(-1, nr, k)[at[lower], np.flatnonzero(lower)]
         best, best_stats = _merge_best(tiles, best, best_stats, top_k, tally, args,
                                        stats=stats)
-    return best, tally, spread[np.isfinite(spread_t)]
+        if score_k:
+            plain = {key: v for key, v in stats.items() if key != "time"}
+            scored, scored_stats = _merge_best(tiles, scored, scored_stats, score_k, tally,
+                                               args, stats=plain)
+    out = (best, scored) if score_k else best
+    return out, tally, spread[np.isfinite(spread_t)]
 
 
 def _within_registers(out_rows: np.ndarray, outs: list[int], reductions: int, k: int,
