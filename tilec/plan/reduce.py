@@ -88,13 +88,16 @@ def writes_apart(op: ir.Contraction, tensors: Mapping[str, ir.Tensor]) -> bool:
     """Whether each index point writes an output element of its own as the statement is
     written, inside the output: every output dimension's terms are mixed radix (positive
     integer coefficients, each larger than what the smaller terms span), no variable appears
-    in two dimensions, and every access is integral.  Such an output needs no change of
+    in two dimensions, and every polynomial is integral.  Such an output needs no change of
     basis: its flat strides address it directly (a reshape that merges dimensions,
     `R[4*i + j : 12] = =(X[i, j])`, is then a plain copy).  The reduce rewrite would make each
     element's thread search the lattice of old points for its one point: 9 nested loops with
     constraints for a reshape of 7 dimensions into one, 20 s where a copy takes microseconds."""
+    # Every polynomial integral: a fractional one (in a constraint too) is a floor division
+    # that the interval bounds below would take as exact.
     if any(not is_integral(p) for p in op.out_idx) or \
-            any(not is_integral(p) for a in op.inputs for p in a.idx):
+            any(not is_integral(p) for a in op.inputs for p in a.idx) or \
+            any(not is_integral(c.poly) for c in op.constraints):
         return False
     rows = [(p, 0, size - 1) for a in op.inputs
             for p, size in zip(a.idx, tensors[a.tensor].shape, strict=True)]
