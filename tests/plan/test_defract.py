@@ -110,8 +110,8 @@ def test_repeat_is_written_apart() -> None:
     "function (I[N]) -> (O) { O[3 * n + k : 20] = =(I[n]), k < 3; }",
     # one variable in two output dimensions
     "function (I[N]) -> (O) { O[n + k, n : 9, 7] = =(I[n]), k < 2; }",
-    # i / 2 < 1 lets i be 1 (a floor division), where an interval bound would say i = 0
-    "function (I[N]) -> (O) { O[n + k : 3] = +(I[n]), k < 2, n / 2 < 1; }",
+    # a / 2 < 1 lets a be 1 (a floor division), where an interval bound would say a = 0
+    "function (I[N]) -> (O) { O[a + b : 3] = +(I[a]), b < 2, a / 2 < 1; }",
 ])
 def test_outputs_not_written_apart_are_reduced(src: str) -> None:
     prog, op = contraction_of(src, {"I": (7,)})
