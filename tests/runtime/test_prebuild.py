@@ -163,6 +163,26 @@ def test_a_failed_job_is_reported_and_the_worker_goes_on(tmp_path):
     assert sorted(seen) == list(enumerate(ok))  # what a progress bar counts
 
 
+@needs_device
+def test_a_worker_warming_up_in_a_thread_builds_and_launches(tmp_path):
+    """Where a core is free for it, a worker builds a tiny program in a thread while it
+    answers the first requests; its builds and launches wait for that thread."""
+    from types import SimpleNamespace
+
+    rt = Runtime.get(None)
+    roomy = SimpleNamespace(cl=rt.cl, device=rt.device, compute_units=64)
+    good = "__kernel void k(__global float* a) { a[get_global_id(0)] = 2.0f; }\n"
+    workers = prebuild.BuildWorkers(roomy, 1)
+    try:
+        workers.give_texts([prebuild.Part(good, ("k",))], ["-cl-mad-enable"])
+        ok = workers.run([{"op": "build", "part": 0},
+                          {"op": "launch", "part": 0, "entry": "k", "global": [4],
+                           "local": None, "args": [16]}])
+    finally:
+        workers.close()
+    assert ok == [True, True]
+
+
 def test_workers_only_where_they_help():
     class Fake:
         compute_units = 16

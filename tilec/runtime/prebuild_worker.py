@@ -4,8 +4,8 @@ the process that started it (`prebuild.BuildWorkers`).
 Run as a script, not imported: it needs pyopencl and numpy only, so that it starts in a
 fraction of a second (tilec's planner is imported at the first search request).
 `python prebuild_worker.py PLATFORM DEVICE [warm]` opens that device (with `warm`, building a
-tiny program at once, where a core is free for it) and answers one JSON line per request
-line on stdin:
+tiny program in a thread meanwhile, where a core is free for it) and answers one JSON line
+per request line on stdin:
 
     {"op": "texts", "file": PATH}     first: a JSON file of the programs' sources ("texts")
                                       and the build options ("options")
@@ -28,6 +28,7 @@ import json
 import pickle
 import select
 import sys
+import threading
 
 IDLE_S = 120.0
 
@@ -39,11 +40,15 @@ def _serve(platform: int, device_index: int, warm: bool = False) -> None:
     device = cl.get_platforms()[platform].get_devices()[device_index]
     ctx = cl.Context([device])
     queue = cl.CommandQueue(ctx)
+    warming = None
     if warm:
-        # A process's first build loads the driver's kernel library (0.5 s on PoCL 3.1):
-        # done now, on a core the parent leaves free, while it generates the program.
-        cl.Program(ctx, "__kernel void tilec_warm(__global float* a) { a[0] = 1.0f; }"
-                   ).build()
+        # A process's first build loads the driver's kernel library (0.5 s on PoCL 3.1, about
+        # a second with eight workers starting at once on PoCL 5.0): done in a thread, on a
+        # core the parent leaves free, while this one answers the searches that come first.
+        warming = threading.Thread(target=lambda: cl.Program(
+            ctx, "__kernel void tilec_warm(__global float* a) { a[0] = 1.0f; }").build(),
+            daemon=True)
+        warming.start()
     texts: list[str] = []
     options: list[str] = []
     programs: dict[int, object] = {}
@@ -90,8 +95,12 @@ def _serve(platform: int, device_index: int, warm: bool = False) -> None:
                     given = json.load(f)
                 texts, options = list(given["texts"]), list(given["options"])
             elif msg["op"] == "build":
+                if warming is not None:
+                    warming.join()  # the library it loads is the build's
                 program(msg["part"])
             elif msg["op"] == "launch":
+                if warming is not None:
+                    warming.join()
                 kernel = cl.Kernel(program(msg["part"]), msg["entry"])
                 kernel.set_args(*[buffer(i, n) for i, n in enumerate(msg["args"])])
                 local = None if msg["local"] is None else tuple(msg["local"])
