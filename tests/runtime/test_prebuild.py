@@ -183,6 +183,25 @@ def test_a_worker_warming_up_in_a_thread_builds_and_launches(tmp_path):
     assert ok == [True, True]
 
 
+@needs_device
+def test_closed_workers_exit_without_the_compile_waiting():
+    """`close` ends the workers' input and returns; their exits (the driver's teardown) are
+    awaited in a thread, or here with `wait`."""
+    import time
+
+    rt = Runtime.get(None)
+    for wait in (False, True):
+        workers = prebuild.BuildWorkers(rt, 2)
+        procs = list(workers._procs)
+        workers.close(wait=wait)
+        if wait:
+            assert all(p.poll() is not None for p in procs)
+        deadline = time.monotonic() + 30
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(p.returncode == 0 for p in procs)
+
+
 def test_workers_only_where_they_help():
     class Fake:
         compute_units = 16
