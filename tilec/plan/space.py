@@ -10,7 +10,6 @@ spread, `_exhaustive`), taken where clearly faster than the pool's best."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 
@@ -108,10 +107,9 @@ def ranked_tiles(cands: list[list[int]], top_k: int, es: int, args: tuple,
     if strategy == "beam":
         best, tally = _beam(cands, pool, args)
     else:
-        best, tally, spread = _exhaustive(cands, pool, es, args,
-                                          score_k=top_k if by_score is not None else 0)
+        best, tally, spread, scored = _exhaustive(
+            cands, pool, es, args, score_k=top_k if by_score is not None else 0)
         if by_score is not None:
-            best, scored = best
             by_score[:] = [scored, list(tally)]
     if timed and best.shape[0]:
         best = _exact_order(best, _new_rows(spread, best), args)[:top_k]
@@ -139,12 +137,12 @@ def _product(lists: list[list[int]]) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grids], axis=1)
 
 
-def _exhaustive(cands: list[list[int]], top_k: int, es: int, args: tuple,
-                score_k: int = 0) -> tuple[Any, list[int], np.ndarray]:
-    """The top_k tiles, the tally and, on a GPU with the time model, the spread: for each
-    reduction tile, the output tile with the least approximate time.  With `score_k`, the
-    first is a pair: the top_k tiles and the score_k best by PlaidML's score alone (the
-    ranking without "time", as an untimed search ranks).  The approximate pass
+def _exhaustive(cands: list[list[int]], top_k: int, es: int, args: tuple, score_k: int = 0
+                ) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray]:
+    """The top_k tiles, the tally, on a GPU with the time model the spread: for each
+    reduction tile, the output tile with the least approximate time, and the score_k best by
+    PlaidML's score alone (the ranking without "time", as an untimed search ranks; none
+    where score_k is 0).  The approximate pass
     misjudges some reduction-tile shapes as a whole (it splits threads as PlaidML's layout
     does): at N=1 224x224 the seed convolution's tiles with a 3x1 window tile were all
     outside its top 64 though predicted 30% faster exactly, and ran 18% faster on the H200;
@@ -198,8 +196,7 @@ def _exhaustive(cands: list[list[int]], top_k: int, es: int, args: tuple,
             plain = {key: v for key, v in stats.items() if key != "time"}
             scored, scored_stats = _merge_best(tiles, scored, scored_stats, score_k, tally,
                                                args, stats=plain)
-    out = (best, scored) if score_k else best
-    return out, tally, spread[np.isfinite(spread_t)]
+    return best, tally, spread[np.isfinite(spread_t)], scored
 
 
 def _within_registers(out_rows: np.ndarray, outs: list[int], reductions: int, k: int,

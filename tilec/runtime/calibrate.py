@@ -136,8 +136,9 @@ def warm(context: Any, device: Any, vector_limit: int | None) -> None:
     _calibrate(context, device, vector_limit, "", dry=True)
 
 
-# Calibration programs built by `warm`, for `calibrate` in the same process: (context, text).
-_BUILT: dict[tuple[int, str], Any] = {}
+# Calibration programs built by `warm`, for `calibrate` in the same process, by (id of the
+# context, text); each entry keeps its context, so that the id is not another's later.
+_BUILT: dict[tuple[int, str], tuple[Any, Any]] = {}
 _BUILT_LOCK = threading.Lock()
 
 
@@ -146,7 +147,7 @@ def _program(cl: Any, context: Any, text: str) -> Any:
     with _BUILT_LOCK:
         found = _BUILT.get(key)
     if found is not None:
-        return found
+        return found[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # -w: PoCL's compiler prints its warnings to the process's stderr itself (on AVX2
@@ -154,7 +155,7 @@ def _program(cl: Any, context: Any, text: str) -> Any:
         # ABI), where a user's first compile would show them; the kernels are tilec's own.
         prg = _Kernels(cl, cl.Program(context, text).build(options=["-w"]))
     with _BUILT_LOCK:
-        _BUILT[key] = prg
+        _BUILT[key] = (context, prg)
     return prg
 
 

@@ -288,14 +288,12 @@ class Launcher:
         for r in range(max(1, repeat)):
             events = []
             for k in kernels:
-                args = self._args_set.get(k.name)
-                if args is None:
-                    args = self._args_set[k.name] = [self._buffer(a) for a in k.args]
-                    events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
-                                                     k.local_size, args)))
-                else:
-                    events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
-                                                     k.local_size, None)))
+                fresh = k.name not in self._args_set
+                if fresh:
+                    self._args_set[k.name] = [self._buffer(a) for a in k.args]
+                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
+                                                 k.local_size,
+                                                 self._args_set[k.name] if fresh else None)))
             if then is not None and r == max(1, repeat) - 1:
                 then()
             rt.finish()

@@ -64,6 +64,8 @@ def _serve(platform: int, device_index: int, warm: bool = False) -> None:
         run_search(**searches[path][index])
 
     def program(part: int):
+        if warming is not None:
+            warming.join()  # the library it loads is the build's
         if part not in programs:
             # The same call as the parent's build (pyopencl adds the same include option), so
             # that the driver's cache key is the same.
@@ -95,12 +97,8 @@ def _serve(platform: int, device_index: int, warm: bool = False) -> None:
                     given = json.load(f)
                 texts, options = list(given["texts"]), list(given["options"])
             elif msg["op"] == "build":
-                if warming is not None:
-                    warming.join()  # the library it loads is the build's
                 program(msg["part"])
             elif msg["op"] == "launch":
-                if warming is not None:
-                    warming.join()
                 kernel = cl.Kernel(program(msg["part"]), msg["entry"])
                 kernel.set_args(*[buffer(i, n) for i, n in enumerate(msg["args"])])
                 local = None if msg["local"] is None else tuple(msg["local"])
