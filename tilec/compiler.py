@@ -277,21 +277,25 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
     step(progress, "checked the program")
     runtime = Runtime.get(config.device)
     records = load_records(config)  # read once: the correction and the kernels' records
-    model = corrected_model(hw_model_for(hw, config, runtime), records, runtime)
+    own = hw_model_for(hw, config, runtime)
+    model = corrected_model(own, records, runtime)
     if reuse and key is None:
         key = key_for(model, runtime)
-    program, splits = split_k(program, model, config)
+    # Which kernels there are (split sums, packed panels) is decided with the model as
+    # measured, not as the tuning records correct it: `tilec tune` plans them so (its records
+    # are not fitted to their own correction), and a record names the kernel it was made for.
+    program, splits = split_k(program, own, config)
     # Build workers start now: they open the device, then search tiles ahead of this process
     # while it packs panels and generates the kernels (`search_ahead`).
     workers = early_workers(runtime, config.build_workers,
                             sum(isinstance(op, ir.Contraction) for op in program.ops))
     try:
         kept, flats = constants or (), {}  # flats: flattened once for both (`plan.pack`)
-        program = _ahead(workers, panel_searches(program, model, config, kept, flats),
-                         lambda settle: packed(program, model, config, kept, settle, flats))
+        program = _ahead(workers, panel_searches(program, own, config, kept, flats),
+                         lambda settle: packed(program, own, config, kept, settle, flats))
         plan = plan_kernels(program, rows=config.row_fusion,
-                            attention=fuse_attention(config, model),
-                            halos=use_halos(config, model))
+                            attention=fuse_attention(config, own),
+                            halos=use_halos(config, own))
         step(progress, f"planned {len(plan.kernels)} kernels")
         if config.threads is None and model.threads > runtime.max_wg:
             # A model written for a bigger device: plan no more threads than this one takes.

@@ -101,7 +101,7 @@ def _jobs_of(path: str, args: argparse.Namespace, config) -> list:
         if not program.has_kernels:
             return []
         return [ProgramJob.make(path, program.source, program.shapes, program.dtypes, config,
-                                **common)]
+                                constants=tuple(program.bound), **common)]
     src = read_source(path)
     dtypes = {i.name: args.dtype for i in parse(src).inputs}
     return [ProgramJob.make(path, src.text, shapes_from(args, src), dtypes, config, **common)]

@@ -40,6 +40,9 @@ class ProgramJob:
     top_k: int = 8
     copies: int = 3
     seed: int = 0
+    # A graph's weights (bound once): `compile` packs them in panels where the product's
+    # tile gains, which changes the kernels a record must name.
+    constants: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, name: str, source: str, shapes: Mapping[str, Iterable[int]],
@@ -136,7 +139,8 @@ class Workbench:
             self._prepared.move_to_end(key)
             return self._prepared[key]
         prep = Prepared(Source(job.source, job.name), dict(job.shapes), dict(job.dtypes),
-                        config, None, job.top_k, copies=job.copies, seed=job.seed)
+                        config, None, job.top_k, copies=job.copies, seed=job.seed,
+                        constants=job.constants)
         self._prepared[key] = prep
         while len(self._prepared) > self.KEEP_PLANS:
             self._prepared.popitem(last=False)[1].release()

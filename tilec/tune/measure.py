@@ -109,12 +109,14 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
          hw: HwModel | str | None = None, top_k: int | None = None, lws: bool = False,
          lws_tiles: int = 2, budget: float | None = None, repeat: int = 5, warmup: int = 2,
          copies: int = 3, timer: Timer | None = None, progress: Progress | None = None,
-         save: bool = True, seed: int = 0, quiet: bool = False) -> TuneReport:
+         save: bool = True, seed: int = 0, quiet: bool = False,
+         constants: Sequence[str] = ()) -> TuneReport:
     """Tune every kernel of a program on the config's device; append the records (unless
     `save` is false) to `records.default_path(config)`.  `budget` (seconds) stops measuring new
     candidates once spent; each kernel's first candidate is measured regardless.  `progress`
     is called with (done, total, label) per candidate; without one, a bar shows on a terminal
-    once tuning has taken a couple of seconds, unless `quiet`."""
+    once tuning has taken a couple of seconds, unless `quiet`.  `constants`: the inputs a
+    graph binds once (its weights), planned as `compile(constants=...)` plans them."""
     if progress is None:
         from ..runtime.progress import Progress as Bar
 
@@ -122,9 +124,10 @@ def tune(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = None
             return tune(source, shapes, dtype=dtype, config=config, hw=hw, top_k=top_k,
                         lws=lws, lws_tiles=lws_tiles, budget=budget, repeat=repeat,
                         warmup=warmup, copies=copies, timer=timer, progress=bar, save=save,
-                        seed=seed)
+                        seed=seed, constants=constants)
     start = time.monotonic()
-    prep = Prepared(source, shapes, dtype, config, hw, top_k, copies=copies, seed=seed)
+    prep = Prepared(source, shapes, dtype, config, hw, top_k, copies=copies, seed=seed,
+                    constants=constants)
     deadline = None if budget is None else start + budget
     run = Runner(prep.bench, timer, progress, deadline, warmup, repeat)
     run.total = sum(prep.candidates(k) for k in prep.plan.kernels)
@@ -147,7 +150,7 @@ class Prepared:
     def __init__(self, source: str | Source, shapes: Mapping[str, Sequence[int]] | None,
                  dtype: str | Mapping[str, str] = "float32", config: Config | None = None,
                  hw: HwModel | str | None = None, top_k: int | None = None, *,
-                 copies: int = 3, seed: int = 0):
+                 copies: int = 3, seed: int = 0, constants: Sequence[str] = ()):
         from ..lang.api import check_program
 
         config = config or Config()
@@ -159,7 +162,7 @@ class Prepared:
         self.model = hw_model_for(hw, config, self.runtime)
         # Planned as compile plans it (its kernels are the ones a record is looked up for).
         self.program, _ = split_k(self.program, self.model, config)
-        self.program = packed(self.program, self.model, config)
+        self.program = packed(self.program, self.model, config, tuple(constants))
         self.plan = plan_kernels(self.program, rows=config.row_fusion,
                                  attention=fuse_attention(config, self.model),
                                  halos=use_halos(config, self.model))
