@@ -212,3 +212,24 @@ def test_workers_only_where_they_help():
     assert prebuild.worker_count(Fake(), 0, 30) == 0
     Fake.compute_units = 1
     assert prebuild.worker_count(Fake(), None, 30) == 0
+
+
+@needs_device
+@pytest.mark.parametrize("ending", ["raise SystemExit(0)", "raise ValueError('late')"])
+def test_a_process_holding_workers_exits(tmp_path, ending):
+    """Workers still held when the interpreter exits (an executable kept in a global, a
+    script that failed after its compile) are stopped there, without a thread: a thread
+    started while Python exits waits forever, and so did the process."""
+    import subprocess
+    import sys
+
+    if not _pocl_cpu():
+        pytest.skip("workers build for PoCL's CPU devices only")
+    script = tmp_path / "held.py"
+    script.write_text("import tilec.runtime.prebuild as prebuild\n"
+                      "from tilec.runtime.device import Runtime\n"
+                      "held = prebuild.BuildWorkers(Runtime.get(None), 2)\n"
+                      f"{ending}\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == (0 if "SystemExit" in ending else 1), done.stderr

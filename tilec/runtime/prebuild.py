@@ -268,13 +268,15 @@ class BuildWorkers:
     def close(self, wait: bool = False) -> None:
         """Stop the workers: each exits at the end of its input.  Their exits (PoCL's own
         teardown: 0.17 s for two on the Zen 4, after the first launches the compile waits for)
-        are awaited in a thread unless `wait`."""
-        for p in self._procs:
+        are awaited in a thread unless `wait`, or where no thread can start: while the
+        interpreter exits, a thread's start waits forever (Python 3.11), and a process whose
+        executable still held workers never ended."""
+        procs, self._procs, self._alive = list(self._procs), [], []
+        for p in procs:
             try:
                 p.stdin.close()
             except OSError:
                 pass
-        procs = list(self._procs)
 
         def reap() -> None:
             for p in procs:
@@ -284,11 +286,13 @@ class BuildWorkers:
                     p.kill()
                     p.wait()
 
-        if wait:
+        if procs and (wait or sys.is_finalizing()):
             reap()
-        else:
-            threading.Thread(target=reap, name="tilec-workers-exit", daemon=True).start()
-        self._alive = []
+        elif procs:
+            try:
+                threading.Thread(target=reap, name="tilec-workers-exit", daemon=True).start()
+            except RuntimeError:  # interpreter shutdown (Python 3.12 and later say so)
+                reap()
         if self._texts is not None:
             self._texts.unlink(missing_ok=True)
 
