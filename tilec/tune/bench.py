@@ -147,8 +147,10 @@ class Bench:
         for n in p.inputs:
             t = p.tensors[n]
             a = random_array(rng, t.shape, t.dtype)
-            self.inputs[n] = np.ascontiguousarray(a.astype(np.uint8) if t.dtype == "bool"
-                                                  else a.astype(NP[t.dtype]))
+            # astype copies in C order, and keeps a 0-d input 0-d (`ascontiguousarray`
+            # made it 1-d, which the reference then refused: a model's scalar constants).
+            self.inputs[n] = a.astype(np.uint8 if t.dtype == "bool" else NP[t.dtype],
+                                      order="C")
         # More copies than memory allows would only measure the allocator.
         in_bytes = max(1, sum(self.sizes[n] for n in p.inputs))
         copies = max(1, min(copies, runtime.global_mem // (4 * in_bytes)))
