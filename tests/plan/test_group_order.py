@@ -1,5 +1,6 @@
-"""CPU work-group order (`plan.group_order.reuse_order`): which output index varies fastest from
-one work-group to the next, and the reordered kernels against numpy on the CPU device."""
+"""CPU work-group order (`plan.group_order.reuse_order`, `past_l2_order`): which output index
+varies fastest from one work-group to the next, and the reordered kernels against numpy on the
+CPU device."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from tilec.lang.api import check_program
 from tilec.plan.fuse import plan_kernels
-from tilec.plan.group_order import reuse_order
+from tilec.plan.group_order import past_l2_bytes, past_l2_order, reuse_order
 from tilec.plan.hw import HwModel
 from tilec.plan.schedule import make_schedule
 
@@ -26,6 +27,9 @@ DEPTHWISE = """function (D[N, X, Y, C], K[I, J, C]) -> (R) {
 }"""
 POINTWISE = """function (I[N, CI, H, W], K[CI2, CO]) -> (O) {
   O[n, co, y, x : N, CO, H, W] = +(I[n, ci, y, x] * K[ci, co]);
+}"""
+CLASSIFIER = """function (D[N, X, Y, CI], K[CI2, CO]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO2] = +(D[n, x, y, ci] * K[ci, co]);
 }"""
 
 
@@ -116,3 +120,50 @@ def test_reordered_pools_and_convolutions_run_against_numpy(side):
     stem = STEM.replace("112, 112", f"{out}, {out}")
     run_case(stem, {"I": (1, 3, side, side), "F": (16, 3, 7, 7)}, seed=side + 1,
              device="Portable Computing Language")
+
+
+def _classifier(co: int):
+    flat = _flat(CLASSIFIER.replace("CO2", str(co)), {"D": (1, 13, 13, 512), "K": (512, co)})
+    tile = tuple({"ci": 512, "co": 32, "x_y": 13}[n] for n in flat.names)
+    return flat, tile
+
+
+def test_a_filter_past_l2_is_kept_by_the_pixels():
+    # squeezenet's classifier: the 26 KB input panel fits L1, so `reuse_order` walks the
+    # channel blocks first, and each of the 13 rows of pixels reads the whole 2 MB filter;
+    # with the pixels first the filter is read once and the input (346 KB) stays in L2.
+    flat, tile = _classifier(1000)
+    first = reuse_order(flat, tile, CPU.l1_bytes)
+    assert flat.names[(first or flat.out_indices)[0]] == "co"
+    co, xy = flat.names.index("co"), flat.names.index("x_y")
+    walked = past_l2_bytes(flat, tile, co, CPU.l2_bytes)
+    kept = past_l2_bytes(flat, tile, xy, CPU.l2_bytes)
+    assert walked == pytest.approx(13 * 512 * 1000 * 4 + 169 * 512 * 4, rel=0.05)
+    assert kept == pytest.approx(512 * 1000 * 4 + 169 * 512 * 4, rel=0.05)
+    order = past_l2_order(flat, tile, CPU.l2_bytes, first)
+    assert order is not None and flat.names[order[0]] == "x_y"
+    assert make_schedule(flat, tile, CPU).group_order == order
+    # A larger L2 holds the filter: the order the L1 rule chose stays.
+    assert past_l2_order(flat, tile, 8 * CPU.l2_bytes, first) == first
+
+
+def test_a_filter_within_l2_keeps_the_l1_order():
+    flat, tile = _classifier(96)  # 192 KB: the row of groups reads it from L2
+    first = reuse_order(flat, tile, CPU.l1_bytes)
+    assert past_l2_order(flat, tile, CPU.l2_bytes, first) == first
+
+
+def test_a_classifier_with_its_pixels_first_runs_against_numpy():
+    """On the CPU device the classifier's kernel (whatever order the device's caches give it)
+    matches numpy, outputs poisoned first; on a CPU with an L2 under 2 MB its groups walk the
+    pixels first."""
+    from ..codegen.test_kernels import run_case
+
+    exe = run_case(CLASSIFIER.replace("CO2", "1000"), {"D": (1, 13, 13, 512),
+                                                       "K": (512, 1000)},
+                   seed=7, device="Portable Computing Language")
+    assert exe.hw.kind == "cpu"
+    (text,) = [s.text for s in exe.sources if s.name.startswith("contract_O")]
+    first = re.search(r"const int [og]_(\w+) = [^;]*grp %", text).group(1)
+    if 0 < exe.hw.l2_bytes < 2 * 1024 * 1024 and "co=32" in text.replace(" ", ""):
+        assert first != "co", first

@@ -2,7 +2,8 @@
 work-group to the next.  A CPU core runs consecutive work-groups, so what one group leaves in
 its caches is what the next can reuse; the order is chosen for the input panels worth keeping
 (`cpu_group_order`: a contiguous panel larger than L1, kept in L2; `reuse_order`: panels that
-fit L1), and otherwise follows the output's memory order."""
+fit L1), and otherwise follows the output's memory order; `past_l2_order` overrides either
+where it would stream an operand larger than L2 again for every row of groups."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from .sweep import panel_elems
 # Bytes an element: the schedule does not know the element type; float32 is what CPU
 # kernels run, and a panel's size only has to be right to within the cache's.
 ES = 4
+# A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
+DEFAULT_L2_BYTES = 512 * 1024
 
 
 def cpu_group_order(flat: FlatContraction, tile: tuple[int, ...],
@@ -96,3 +99,71 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
             return False
         span *= tile[k] if k in flat.out_indices else flat.ranges[k]
     return True
+
+
+# An order that reads this many times fewer bytes from beyond L2 replaces the one the rules
+# above chose (their measured gains are within L2: a few percent to 1.5x).
+PAST_L2_GAIN = 2.0
+
+
+def past_l2_order(flat: FlatContraction, tile: tuple[int, ...], l2_bytes: int,
+                  order: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """`order` (None: the flat order), or one whose fastest index reads `PAST_L2_GAIN` times
+    fewer bytes from beyond L2 (`past_l2_bytes`), the others as they were.
+
+    The rules above keep what fits L1 or a contiguous panel; an operand read in strided
+    panels and larger than L2 falls to neither.  squeezenet's classifier (a 1x1 convolution,
+    13x13 pixels, 512 -> 1000 channels, a 2 MB filter whose 1000 columns no 16-wide panel
+    divides, so `pack` leaves it) kept its 26 KB input panel and walked the whole filter for
+    each of 13 rows of pixels: 26 MB from L3 or memory a call, 1.96 ms in the model on a
+    2-core Zen 4 where onnxruntime takes 0.82.  With the pixels fastest the filter's panel
+    serves its 13 groups from L2 and the input (346 KB) stays in L2: 2.3 MB."""
+    outs = tuple(flat.out_indices)
+    if len(outs) < 2 or not flat.inputs or l2_bytes <= 0:
+        return order
+    current = order or outs
+    now = past_l2_bytes(flat, tile, current[0], l2_bytes)
+    best, least = None, now
+    for k in outs:
+        if k != current[0]:
+            b = past_l2_bytes(flat, tile, k, l2_bytes)
+            if b * PAST_L2_GAIN <= now and b < least:
+                best, least = k, b
+    if best is None:
+        return order
+    new = (best, *(k for k in current if k != best))
+    return None if new == outs else new
+
+
+def past_l2_bytes(flat: FlatContraction, tile: tuple[int, ...], fastest: int,
+                  l2_bytes: int) -> float:
+    """Bytes the work-groups read from beyond L2 with output index `fastest` varying from one
+    group to the next (a row of groups: one sweep of it).  An input that does not read it
+    keeps its panel for the row: one panel a row.  One that does is read whole once if what
+    a row reads of it fits half of L2 (the rest of the row's data shares the cache), and
+    again for every row if not."""
+    counts = {k: -(-flat.ranges[k] // tile[k]) for k in flat.out_indices}
+    groups = 1
+    for c in counts.values():
+        groups *= c
+    rows = groups // counts[fastest]
+    total = 0.0
+    for t in flat.inputs:
+        panel = ES * panel_elems(flat, t, tile)
+        whole = ES * _distinct_elems(flat, t)
+        if t.strides[fastest] == 0:
+            total += min(panel * rows, max(whole, panel))
+            continue
+        row = min(panel * counts[fastest], whole)
+        total += whole if row <= l2_bytes // 2 else row * rows
+    return total
+
+
+def _distinct_elems(flat: FlatContraction, t) -> int:
+    """Elements of input `t` the contraction reads (its buffer, where known; else the product
+    of the ranges of the indices it reads)."""
+    n = 1
+    for k, st in enumerate(t.strides):
+        if st:
+            n *= flat.ranges[k]
+    return min(n, t.size) if t.size else n

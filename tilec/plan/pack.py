@@ -62,6 +62,7 @@ from .copies import plain_indices, statement_text
 from .defract import rewritten
 from .flat import FlatContraction
 from .flatten import flatten
+from .group_order import DEFAULT_L2_BYTES
 from .hw import HwModel
 from .reduce import fresh, substitute
 from .schedule import make_schedule
@@ -73,8 +74,6 @@ from .schedule import make_schedule
 # each of its panels a few times only (7 at 7x7 pixels).
 MIN_REREADS = 16
 MIN_FILTER_REREADS = 4
-# A model without cache facts: the L2 a core has at least (x86 since Zen 2 and Skylake-SP).
-DEFAULT_L2_BYTES = 512 * 1024
 
 # The search's tile for a flat contraction and its predicted seconds (None: the model does not
 # predict times); compile passes its own search.

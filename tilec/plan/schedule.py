@@ -15,7 +15,7 @@ from functools import cached_property
 
 from .flat import FlatContraction
 from .gpu_form import RUN, RunChoice, pipeline_fits, run_candidates
-from .group_order import cpu_group_order, reuse_order
+from .group_order import DEFAULT_L2_BYTES, cpu_group_order, past_l2_order, reuse_order
 from .hw import HwModel
 from .out_threads import split_threads
 from .sweep import Sweep, choose_sweep
@@ -325,6 +325,7 @@ def make_schedule(flat: FlatContraction, tile: tuple[int, ...], hw: HwModel, *,
     if hw.kind == "cpu":
         l1 = hw.l1_bytes or 32 * 1024
         go = cpu_group_order(flat, tuple(tile), l1) or reuse_order(flat, tuple(tile), l1)
+        go = past_l2_order(flat, tuple(tile), hw.l2_bytes or DEFAULT_L2_BYTES, go)
         sched = replace(sched, group_order=go,
                         shift=distinct_points(flat))
         if sched.split == 1 and not any(staged):
