@@ -102,14 +102,20 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
 
 
 # An order that reads this many times fewer bytes from beyond L2 replaces the one the rules
-# above chose (their measured gains are within L2: a few percent to 1.5x).
+# above chose (their measured gains are within L2: a few percent to 1.5x) ...
 PAST_L2_GAIN = 2.0
+# ... where it reads every input about once (at most this many times its bytes).  An order
+# that still streams an operand again row after row is left to the sweep (`plan.sweep`),
+# which keeps a panel across several register tiles of a work-item and is sized for the
+# order the rules above chose.
+PAST_L2_ONCE = 1.25
 
 
 def past_l2_order(flat: FlatContraction, tile: tuple[int, ...], l2_bytes: int,
                   order: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """`order` (None: the flat order), or one whose fastest index reads `PAST_L2_GAIN` times
-    fewer bytes from beyond L2 (`past_l2_bytes`), the others as they were.
+    fewer bytes from beyond L2 (`past_l2_bytes`) and every input about once (`PAST_L2_ONCE`),
+    the others as they were.
 
     The rules above keep what fits L1 or a contiguous panel; an operand read in strided
     panels and larger than L2 falls to neither.  squeezenet's classifier (a 1x1 convolution,
@@ -122,13 +128,17 @@ def past_l2_order(flat: FlatContraction, tile: tuple[int, ...], l2_bytes: int,
     if len(outs) < 2 or not flat.inputs or l2_bytes <= 0:
         return order
     current = order or outs
-    now = past_l2_bytes(flat, tile, current[0], l2_bytes)
-    best, least = None, now
-    for k in outs:
-        if k != current[0]:
-            b = past_l2_bytes(flat, tile, k, l2_bytes)
-            if b * PAST_L2_GAIN <= now and b < least:
-                best, least = k, b
+    # Indices of one group each vary in no order: the first of the others is the fastest.
+    many = [k for k in current if flat.ranges[k] > tile[k]]
+    if len(many) < 2:
+        return order
+    now = past_l2_bytes(flat, tile, many[0], l2_bytes)
+    once = PAST_L2_ONCE * sum(ES * _distinct_elems(flat, t) for t in flat.inputs)
+    best, least = None, min(now, once)
+    for k in many[1:]:
+        b = past_l2_bytes(flat, tile, k, l2_bytes)
+        if b * PAST_L2_GAIN <= now and b <= least:
+            best, least = k, b
     if best is None:
         return order
     new = (best, *(k for k in current if k != best))
