@@ -167,3 +167,17 @@ def test_a_classifier_with_its_pixels_first_runs_against_numpy():
     first = re.search(r"const int [og]_(\w+) = [^;]*grp %", text).group(1)
     if 0 < exe.hw.l2_bytes < 2 * 1024 * 1024 and "co=32" in text.replace(" ", ""):
         assert first != "co", first
+
+
+def test_a_window_keeps_the_l1_order():
+    # A 3x3 convolution's neighbouring groups share rows, which the count does not see:
+    # its order stays the L1 rules' even where the count would move it.
+    src = """function (D[N, X, Y, CI], K[I, J, CI2, CO]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO] = +(D[n, x + i - 1, y + j - 1, ci] * K[i, j, ci, co]);
+}"""
+    flat = _flat(src, {"D": (1, 14, 14, 512), "K": (3, 3, 512, 512)})
+    tile = tuple({"ci": 64, "co": 32, "i": 1, "j": 3, "x": 1, "y": 14}.get(n, 1)
+                 for n in flat.names)
+    first = reuse_order(flat, tile, CPU.l1_bytes)
+    assert past_l2_order(flat, tile, CPU.l2_bytes, first) == first
+    assert past_l2_order(flat, tile, 64 * 1024, first) == first

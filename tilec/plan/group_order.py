@@ -102,8 +102,10 @@ def _contiguous(t, flat: FlatContraction, tile: tuple[int, ...]) -> bool:
 
 
 # An order that reads this many times fewer bytes from beyond L2 replaces the one the rules
-# above chose (their measured gains are within L2: a few percent to 1.5x) ...
-PAST_L2_GAIN = 2.0
+# above chose (their measured gains are within L2: a few percent to 1.5x; vgg11's 3x3
+# convolutions, whose input the channel blocks read twice, ran within 4% either way on the
+# 16-core Xeon at 2x) ...
+PAST_L2_GAIN = 3.0
 # ... where it reads every input about once (at most this many times its bytes).  An order
 # that still streams an operand again row after row is left to the sweep (`plan.sweep`),
 # which keeps a panel across several register tiles of a work-item and is sized for the
@@ -125,7 +127,7 @@ def past_l2_order(flat: FlatContraction, tile: tuple[int, ...], l2_bytes: int,
     2-core Zen 4 where onnxruntime takes 0.82.  With the pixels fastest the filter's panel
     serves its 13 groups from L2 and the input (346 KB) stays in L2: 2.3 MB."""
     outs = tuple(flat.out_indices)
-    if len(outs) < 2 or not flat.inputs or l2_bytes <= 0:
+    if len(outs) < 2 or not flat.inputs or l2_bytes <= 0 or _windowed(flat):
         return order
     current = order or outs
     # Indices of one group each vary in no order: the first of the others is the fastest.
@@ -167,6 +169,20 @@ def past_l2_bytes(flat: FlatContraction, tile: tuple[int, ...], fastest: int,
         row = min(panel * counts[fastest], whole)
         total += whole if row <= l2_bytes // 2 else row * rows
     return total
+
+
+def _windowed(flat: FlatContraction) -> bool:
+    """Whether an input reads a window (an output and a reduction index along one axis, as a
+    3x3 convolution's `x + i`): neighbouring groups then share rows, which `past_l2_bytes`
+    counts apart, and the sweep (`plan.sweep`) keeps them; vgg11's 3x3 convolutions
+    reordered by the count ran 0.94 and 1.01 of their time on the 16-core Xeon, within
+    noise on the Zen 4.  Matrix products and 1x1 convolutions have no window."""
+    outs, reds = set(flat.out_indices), set(flat.reduce_indices)
+    for t in flat.inputs:
+        out_strides = {abs(t.strides[k]) for k in outs if t.strides[k]}
+        if any(t.strides[k] and abs(t.strides[k]) in out_strides for k in reds):
+            return True
+    return False
 
 
 def _distinct_elems(flat: FlatContraction, t) -> int:
