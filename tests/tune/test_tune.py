@@ -327,10 +327,19 @@ def _timed(monkeypatch, cold: bool, durations: list[float]):
 
 
 def test_far_slower_candidates_are_timed_once(monkeypatch):
-    times, calls = _timed(monkeypatch, False, [1e-3, 1.1e-3, 9e-3])
+    times, calls = _timed(monkeypatch, False, [1e-3, 1.1e-3, 9e-3])  # 8 ms slower
     assert times == [1e-3, 1.1e-3, 9e-3]
     assert calls.count(9e-3) == 2  # the scouting runs only
     assert calls.count(1e-3) == 2 + 1 + 5  # scouting, warm-up, timed runs
+
+
+def test_microsecond_candidates_are_timed_in_full(monkeypatch):
+    """A kernel of a microsecond 20x slower than the fastest on its scouting launches (an
+    awaited launch waking the device's threads) is still timed in every round: its repeats
+    cost nothing, and a cold scouting time must not stand as its time."""
+    times, calls = _timed(monkeypatch, True, [0.4e-6, 8e-6, 0.5e-6])
+    assert times == [0.4e-6, 8e-6, 0.5e-6]
+    assert calls.count(8e-6) == calls.count(0.4e-6) == calls.count(0.5e-6) == 2 + 1 + 5
 
 
 def test_a_cold_first_launch_does_not_make_a_candidate_slow(monkeypatch):
