@@ -40,14 +40,16 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         # model's correction from its tuning records.
         config = Config(device=device, **cache_settings())
         found = load_records(config)
-        hw = corrected_model(hw_model_for(None, config, rt), found, rt)
+        own = hw_model_for(None, config, rt)
+        hw = corrected_model(own, found, rt)
         # As compile plans it by default (row fusion on; attention kernels where not a CPU;
-        # CPU matrix products' operands packed in panels).
+        # CPU matrix products' operands packed in panels), with the model as measured: the
+        # correction ranks tiles, not which kernels there are.
         config = replace(config, tiles=tiles, cost_model=model, split_k=split)
-        program, splits = split_k(program, hw, config)
-        program = packed(program, hw, config)
-        plan = plan_kernels(program, attention=fuse_attention(Config(), hw),
-                            halos=use_halos(config, hw))
+        program, splits = split_k(program, own, config)
+        program = packed(program, own, config)
+        plan = plan_kernels(program, attention=fuse_attention(Config(), own),
+                            halos=use_halos(config, own))
         records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
     else:
         hw = HwModel.load(hw_name)
