@@ -14,14 +14,14 @@ REV | tar -x -C DIR`) take turns, the order reversed every other round; medians 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from child import last_json  # noqa: E402 - beside this script
 
 _PROBE = r'''
 import json, os, sys, time
@@ -51,12 +51,8 @@ def one(tree: str, model: str, device: str, known: str | None) -> dict:
             shutil.copytree(known, f"{d}/xdg/tilec/devices")
         env = dict(os.environ, POCL_CACHE_DIR=f"{d}/pocl", XDG_CACHE_HOME=f"{d}/xdg",
                    TILEC_CACHE_DIR=f"{d}/tilec", CUDA_CACHE_PATH=f"{d}/nv")
-        p = subprocess.run([sys.executable, "-c", _PROBE, model, device], cwd=tree, env=env,
-                           capture_output=True, text=True, timeout=1800)
-        try:
-            return json.loads(p.stdout.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            raise SystemExit(f"{tree}: the load failed:\n{p.stderr[-2000:]}") from None
+        return last_json([sys.executable, "-c", _PROBE, model, device], f"{tree}: the load",
+                         env=env, cwd=str(tree))
 
 
 def main() -> int:

@@ -30,6 +30,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from child import last_json  # noqa: E402 - beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -106,11 +108,8 @@ def _timed(kernels: list[dict], device: str) -> dict:
         spec.write_text(json.dumps({"device": device, "kernels": kernels,
                                     "options": list(Config().build_options)}))
         env = dict(os.environ, POCL_CACHE_DIR=f"{d}/pocl")
-        p = subprocess.run([sys.executable, __file__, "--time-kernels", str(spec)],
-                           env=env, capture_output=True, text=True, check=False)
-        if p.returncode:
-            raise SystemExit(f"timing the kernels failed:\n{p.stderr[-2000:]}")
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return last_json([sys.executable, __file__, "--time-kernels", str(spec)],
+                         "timing the kernels", env=env)
 
 
 def _against(args) -> tuple[dict, set, str, tuple[str, str]]:

@@ -31,6 +31,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from child import last_json  # noqa: E402 - beside this script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
@@ -109,12 +111,8 @@ def one(path: Path, folder: str, device: str | None, workers: int | None = None,
     if workers is not None:
         cmd += ["--build-workers", str(workers)]
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(folder), timeout=1800)
+    r = last_json(cmd, f"{path.name}: the probe", env=_env(folder))
     wall = time.perf_counter() - t
-    try:
-        r = json.loads(p.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise SystemExit(f"{path.name}: the probe failed:\n{p.stderr[-2000:]}") from None
     if r["valid"] is False:
         raise SystemExit(f"{path.name}: the first run disagrees with onnxruntime")
     r["process_s"] = wall

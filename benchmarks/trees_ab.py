@@ -21,13 +21,13 @@ machine's slow and fast phases.  `--hw-old` / `--hw-new` give each tree a hardwa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from child import last_json  # noqa: E402 - beside this script
 
 HERE = Path(__file__).resolve().parent
 NEW = HERE.parent
@@ -86,13 +86,8 @@ print(json.dumps({"wall": float(np.median(walls)), "sum": float(np.median(sums))
 def block(tree: Path, target: str, device: str, calls: int, cache: str, hw: str = "") -> dict:
     rest = os.environ.get("PYTHONPATH")  # a tree's tilec first, then whatever else was set
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{rest}" if rest else str(tree))
-    p = subprocess.run([sys.executable, "-c", PROBE, target, device, str(calls), cache, hw],
-                       capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),
-                       timeout=1800)
-    try:
-        return json.loads(p.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise SystemExit(f"{tree} {target}: the block failed:\n{p.stderr[-3000:]}") from None
+    return last_json([sys.executable, "-c", PROBE, target, device, str(calls), cache, hw],
+                     f"{tree} {target}: the block", env=env, cwd=tempfile.gettempdir())
 
 
 def main() -> int:
