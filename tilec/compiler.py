@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from .codegen.clexpr import aligned_reads
 from .codegen.contraction import KernelSource
 from .codegen.generate import (
     _record_tile,
@@ -23,7 +22,6 @@ from .codegen.generate import (
     split_k,
     tile_searches,
 )
-from .codegen.kernel_text import buf
 from .codegen.siblings import merge_siblings
 from .config import Config
 from .errors import Source, TileError
@@ -103,8 +101,7 @@ class Executable(Launcher):
             workers.close()
         kernels = [KernelInfo(s.name, s.kind, s.global_size, s.local_size, s.tile, s.cost,
                               s.flops, tuple(a.tensor for a in s.args),
-                              tuple(a.tensor for a in s.args if a.role == "out"),
-                              _arg_align(s))
+                              tuple(a.tensor for a in s.args if a.role == "out"))
                    for s in sources]
         sizes = {n: s.nbytes for n, s in specs.items()}
         keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
@@ -443,9 +440,3 @@ def _lookup_records(plan: KernelPlan, model: HwModel, config: Config, runtime: R
 
 __all__ = ["NP", "POISON", "Executable", "KernelInfo", "Validation", "compare", "compile",
            "corrected_model", "load_records"]
-
-
-def _arg_align(source: KernelSource) -> tuple[int, ...]:
-    """The alignment each argument of `source` needs (`clexpr.aligned_reads`)."""
-    need = aligned_reads(source.text)
-    return tuple(need.get(buf(a.tensor), 0) for a in source.args)

@@ -89,40 +89,6 @@ def vector_access(buf: str, offset: str, dtype: str, width: int, const: bool = F
     return f"*((__global {ty}*)({buf} + ({offset})))"
 
 
-def aligned_reads(text: str) -> dict[str, int]:
-    """The alignment, in bytes, that kernel `text` assumes of each of its buffer parameters'
-    start: the widest vector it reads or writes there through `vector_access` (directly or
-    through a pointer declared from the parameter, a tile's `base0`), which takes the vector's
-    own alignment; parameters read by element, vloadN or `unaligned_typedef` vectors are
-    left out (element alignment).  A vector access through a pointer whose parameter cannot
-    be told counts for every parameter.  The runtime lends host memory to a kernel only on
-    these boundaries (`runtime.launch`)."""
-    params = re.findall(r"__global (?:const )?\w+\* (?:restrict )?(\w+)\s*[,)]", text)
-    roots: dict[str, set[str]] = {p: {p} for p in params}
-    for name, expr in re.findall(r"__global (?:const )?\w+\* (?:restrict )?(\w+) = ([^;]*);",
-                                 text):
-        found: set[str] = set()
-        for word in re.findall(r"\w+", expr):
-            found |= roots.get(word, set())
-        roots[name] = found
-    out: dict[str, int] = {}
-    derefs = re.findall(
-        r"\*\(\((?:__global|__constant) (?:const )?([a-z]+?)(\d+)\*\)\s*\(\s*(\w+)", text)
-    for ty, width, base in derefs:
-        size = int(width) * _TYPE_BYTES.get(ty, 8)
-        for p in roots.get(base) or params:
-            out[p] = max(out.get(p, 0), size)
-    casts = re.findall(r"\((?:__global|__constant) (?:const )?[a-z]+?(\d+)\*\)", text)
-    if len(casts) != len(derefs):  # a vector pointer of another form: assume the widest
-        widest = max([64, *(int(w) * 8 for w in casts)])
-        out = dict.fromkeys(params, widest)
-    return out
-
-
-_TYPE_BYTES = {"float": 4, "half": 2, "int": 4, "uint": 4, "short": 2, "ushort": 2, "char": 1,
-               "uchar": 1, "double": 8, "long": 8, "ulong": 8}
-
-
 def plain_vector_access(hw) -> bool:
     """Whether aligned global vectors are read and written as pointer dereferences (and the
     others through `unaligned_typedef`) rather than vloadN/vstoreN on this hardware model:

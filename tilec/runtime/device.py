@@ -280,8 +280,8 @@ class Runtime:
         # (`host_buffer`) instead of copied into buffers of the device's own.
         self.host_unified = bool(int(device.type) & cl.device_type.CPU) and \
             bool(device.host_unified_memory)
-        # Where a kernel's alignment needs are not known, host memory lent to it starts on
-        # the boundary the device's own buffers do.
+        # Generated kernels read vectors of up to 16 floats through pointers, which the
+        # compiler may take as aligned: host memory lent to them starts on this boundary.
         self.host_align = max(64, int(device.mem_base_addr_align) // 8)
         # The widest float vector the device computes correctly (None: not known, no cap).
         probed = probe_result(device)
@@ -394,11 +394,10 @@ class Runtime:
             self._pending.append(ev)
 
     def host_buffer(self, array: np.ndarray):
-        """A read-only buffer over `array`'s own memory (C-contiguous, starting where the
-        kernels that read it assume), for a device that shares host memory (`host_unified`):
-        the kernels read it in place.  The array must stay as it is until the next
-        `finish`."""
-        assert array.flags.c_contiguous
+        """A read-only buffer over `array`'s own memory (C-contiguous, starting on a
+        `host_align` boundary), for a device that shares host memory (`host_unified`): the
+        kernels read it in place.  The array must stay as it is until the next `finish`."""
+        assert array.flags.c_contiguous and array.ctypes.data % self.host_align == 0
         mf = self.cl.mem_flags
         return self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
 

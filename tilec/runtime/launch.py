@@ -42,9 +42,6 @@ class KernelInfo:
     flops: int
     args: tuple[str, ...]
     writes: tuple[str, ...] = ()  # the args it writes (the others it only reads)
-    # Bytes each argument's start must be aligned to (its widest aligned vector read; 0:
-    # element alignment); empty: not known, the device's buffer alignment assumed.
-    arg_align: tuple[int, ...] = ()
 
 
 @dataclass
@@ -122,7 +119,6 @@ class Launcher:
         self._lent: dict[str, object] = {}
         self._staging: dict[str, np.ndarray] = {}
         self._readers: dict[str, list[tuple[str, int]]] | None = None
-        self._align: dict[str, int] = {}  # the alignment each lendable input needs
         assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
@@ -303,20 +299,13 @@ class Launcher:
                         continue
                     self._readers[name] = [(k.name, i) for k in self.kernels
                                            for i, a in enumerate(k.args) if a == name]
-                    self._align[name] = max(
-                        [k.arg_align[i] if k.arg_align else self.runtime.host_align
-                         for k in self.kernels for i, a in enumerate(k.args) if a == name],
-                        default=0)
         return {n: r for n, r in self._readers.items() if n not in self._bound}
 
     def _lend(self, name: str, arr: np.ndarray) -> None:
         """This call's buffer for input `name` over `arr` (over an aligned copy where `arr`
-        does not start where the kernels' vector reads assume), set as the argument of the
-        kernels that read it.  Most arrays numpy makes start 16 bytes past a 64-byte line:
-        an image that the first layer reads element by element is read in place."""
+        is not aligned), set as the argument of the kernels that read it."""
         rt = self.runtime
-        align = max(self._align.get(name, rt.host_align), arr.itemsize)
-        if arr.ctypes.data % align:
+        if arr.ctypes.data % rt.host_align:
             staged = self._staging.get(name)
             if staged is None:
                 staged = self._staging[name] = aligned_empty(arr.shape, arr.dtype,
