@@ -276,13 +276,6 @@ class Runtime:
         self.global_mem = int(device.global_mem_size)
         self.max_wg = int(device.max_work_group_size)
         self.compute_units = int(device.max_compute_units)
-        # A CPU device computes in host memory: a call's inputs are read where they lie
-        # (`host_buffer`) instead of copied into buffers of the device's own.
-        self.host_unified = bool(int(device.type) & cl.device_type.CPU) and \
-            bool(device.host_unified_memory)
-        # Generated kernels read vectors of up to 16 floats through pointers, which the
-        # compiler may take as aligned: host memory lent to them starts on this boundary.
-        self.host_align = max(64, int(device.mem_base_addr_align) // 8)
         # The widest float vector the device computes correctly (None: not known, no cap).
         probed = probe_result(device)
         self.vector_limit = probed.vector_limit if probed.problem is None else None
@@ -392,14 +385,6 @@ class Runtime:
         ev = self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(array), is_blocking=wait)
         if not wait:
             self._pending.append(ev)
-
-    def host_buffer(self, array: np.ndarray):
-        """A read-only buffer over `array`'s own memory (C-contiguous, starting on a
-        `host_align` boundary), for a device that shares host memory (`host_unified`): the
-        kernels read it in place.  The array must stay as it is until the next `finish`."""
-        assert array.flags.c_contiguous and array.ctypes.data % self.host_align == 0
-        mf = self.cl.mem_flags
-        return self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
 
     def write(self, buf, array: np.ndarray) -> None:
         """`array`, in any layout (a transposed view), into `buf` in C order, copied once:

@@ -111,14 +111,6 @@ class Launcher:
         # Buffers whose border holds a value no kernel writes (`plan.halo`): filled when the
         # buffer is made, and again after poisoning.  They keep their own buffers.
         self.halos = {h.root: h for h in halos}
-        # Inputs the kernels read in the caller's memory on a device that shares it
-        # (`Runtime.host_buffer`): a copy into a device buffer cost 50-90 us a call for a
-        # 600 KB image (PoCL, 2-core Zen 4), more than the image's read.  Per call: the
-        # buffers over this call's arrays; per input: an aligned array for those that are
-        # not aligned (copied into, 15 us), and where each is an argument.
-        self._lent: dict[str, object] = {}
-        self._staging: dict[str, np.ndarray] = {}
-        self._readers: dict[str, list[tuple[str, int]]] | None = None
         assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
@@ -137,9 +129,6 @@ class Launcher:
         """Called before `kernels` are launched (a subclass may build ahead)."""
 
     def _buffer(self, name: str):
-        lent = self._lent.get(name)
-        if lent is not None:
-            return lent
         slot = self._slot(name)
         key: object = name if slot is None else ("pool", slot)
         if key not in self._buffers:
@@ -242,12 +231,8 @@ class Launcher:
             raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
         # A call's copies ride in the queue with its kernels, not as blocking commands of
         # their own: each wait for a blocking copy is a round trip to the driver's threads.
-        lendable = self._lendable()
         for name, arr in given.items():
-            if name in lendable and arr.size:
-                self._lend(name, arr)
-            else:
-                rt.upload(self._buffer(name), arr, wait=False)
+            rt.upload(self._buffer(name), arr, wait=False)
         # A value given for a bound input replaces the binding (its buffer holds it now), and
         # a call that gives one the bound kernels read runs them again.
         self._bound.update({n: a for n, a in given.items() if n in self._bound})
@@ -284,41 +269,6 @@ class Launcher:
                 raise ValidationError(f"results disagree with the numpy reference: "
                                       f"{self.last_validation.worst}")
         return outs
-
-    def _lendable(self) -> dict[str, list[tuple[str, int]]]:
-        """The inputs kernels may read in host memory, each with its (kernel, argument
-        position) pairs: on a device that shares host memory, those that no kernel writes,
-        that are not outputs, bound or bordered (`plan.halo`)."""
-        if self._readers is None:
-            self._readers = {}
-            if getattr(self.runtime, "host_unified", False):
-                written = {t for k in self.kernels for t in k.writes}
-                for name in self.inputs:
-                    if name in written or name in self.outputs or name in self.halos \
-                            or self._slot(name) is not None:
-                        continue
-                    self._readers[name] = [(k.name, i) for k in self.kernels
-                                           for i, a in enumerate(k.args) if a == name]
-        return {n: r for n, r in self._readers.items() if n not in self._bound}
-
-    def _lend(self, name: str, arr: np.ndarray) -> None:
-        """This call's buffer for input `name` over `arr` (over an aligned copy where `arr`
-        is not aligned), set as the argument of the kernels that read it."""
-        rt = self.runtime
-        if arr.ctypes.data % rt.host_align:
-            staged = self._staging.get(name)
-            if staged is None:
-                staged = self._staging[name] = aligned_empty(arr.shape, arr.dtype,
-                                                             rt.host_align)
-            np.copyto(staged, arr, casting="no")
-            arr = staged
-        buf = rt.host_buffer(arr)
-        self._lent[name] = buf
-        for kname, i in self._lendable()[name]:
-            args = self._args_set.get(kname)
-            if args is not None:  # set before: only this argument changes
-                args[i] = buf
-                self._kernels[kname].set_arg(i, buf)
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -378,15 +328,6 @@ class Launcher:
     def gflops(self) -> dict[str, float]:
         return {k.name: k.flops / self.last_timings[k.name] * 1e-9
                 for k in self.kernels if self.last_timings.get(k.name)}
-
-
-def aligned_empty(shape: tuple[int, ...], dtype, align: int) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def medians(rounds: list[list[tuple[str, object]]]) -> dict[str, float]:
