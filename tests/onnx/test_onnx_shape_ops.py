@@ -61,6 +61,17 @@ def test_gather_scalar_index_and_constant_indices():
     one("Gather", ["x", "i"], {}, [ints("i", [[0, -1], [2, 1]])], opset=11)
 
 
+@device
+@pytest.mark.parametrize("idx,axis,sliced", [
+    (-2, 1, True), (0, 0, True), ([0, 2, 4], 2, True), ([3], -1, True), ([1, 2], 1, True),
+    ([2, 0], 1, False), ([0, 0, 1], 2, False), ([[0, 1]], 2, False)])
+def test_gather_by_a_constant_regular_index_is_a_slice(idx, axis, sliced):
+    """A constant index that picks one position or a run a fixed positive step apart is read
+    as a slice (a copy the copies around it compose with), any other stays a gather."""
+    exe = one("Gather", ["x", "i"], {"axis": axis}, [ints("i", idx)])
+    assert ("gather(" not in exe.last.tile) == sliced
+
+
 # Squeeze / Unsqueeze -----------------------------------------------------------------------------
 
 @device

@@ -144,38 +144,51 @@ def _reads(op: ir.Statement) -> list[str]:
 
 def compose_copies(program: ir.Program) -> ir.Program:
     """One pass in program order: a composed copy keeps its place, so a chain folds into it
-    link by link (each link's reader counts do not change: the composed copy reads what the
-    first copy read).  Linear in the statements: it runs on every plan."""
+    link by link.  A copy read by several copies (a fused projection's q / k / v split, each
+    part a slice) composes into each of them where every one composes, and goes: each part
+    then reads the source once.  Linear in the statements: it runs on every plan."""
     ops: list[ir.Statement | None] = list(program.ops)
     tensors = dict(program.tensors)
     keep = set(program.inputs) | set(program.outputs)
     producer = {op.output: i for i, op in enumerate(ops)}
-    readers: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}  # tensor -> the statements that read it
     defaults: set[str] = set()  # concatenation parts (`default` operands)
-    for op in program.ops:
+    for k, op in enumerate(program.ops):
         for name in set(_reads(op)):
-            readers[name] = readers.get(name, 0) + 1
+            readers.setdefault(name, []).append(k)
         if isinstance(op, ir.Contraction) and op.default:
             defaults.add(op.default)
-    for j, second in enumerate(ops):
-        while _copy(second):  # type: ignore[arg-type]
-            t = second.inputs[0].tensor  # type: ignore[union-attr]
+
+    def composable(first: ir.Statement | None, t: str, k: int) -> bool:
+        second = ops[k]
+        return (first is not None and t not in keep and _copy(first) and _copy(second)
+                and second.inputs[0].tensor == t  # type: ignore[union-attr]
+                # a concatenation's first part: left to `placement` as it is
+                and second.output not in defaults  # type: ignore[union-attr]
+                # a copy may convert; two conversions are not one
+                and tensors[first.inputs[0].tensor].dtype == tensors[t].dtype  # type: ignore
+                == tensors[second.output].dtype)  # type: ignore[union-attr]
+
+    for j in range(len(ops)):
+        while _copy(ops[j]):  # type: ignore[arg-type]
+            t = ops[j].inputs[0].tensor  # type: ignore[union-attr]
             i = producer.get(t)
             first = ops[i] if i is not None else None
-            if first is None or t in keep or not _copy(first) or readers.get(t) != 1:
+            todo = readers.get(t, [])
+            if not todo or not all(composable(first, t, k) for k in todo):
                 break
-            if second.output in defaults:  # type: ignore[union-attr]
-                break  # a concatenation's first part: left to `placement` as it is
-            if tensors[first.inputs[0].tensor].dtype != tensors[t].dtype or \
-                    tensors[t].dtype != tensors[second.output].dtype:
-                break  # a copy may convert; two conversions are not one
-            new = _compose(first, second, tensors[t].shape,  # type: ignore[arg-type]
-                           tensors[second.output].shape)
-            if new is None:
+            made = [_compose(first, ops[k], tensors[t].shape,  # type: ignore[arg-type]
+                             tensors[ops[k].output].shape) for k in todo]  # type: ignore
+            if any(new is None for new in made):
                 break
-            second = dataclasses.replace(new, text=statement_text(new, tensors[new.output].shape))
-            ops[j], ops[i] = second, None
+            for k, new in zip(todo, made, strict=True):
+                ops[k] = dataclasses.replace(new, text=statement_text(
+                    new, tensors[new.output].shape))  # type: ignore[union-attr]
+            ops[i] = None  # type: ignore[index]
             del tensors[t]
+            src = first.inputs[0].tensor  # type: ignore[union-attr]
+            readers[src] = [k for k in readers.get(src, []) if k != i] + todo
+            del readers[t]
     kept = tuple(op for op in ops if op is not None)
     if len(kept) == len(program.ops):
         return program
