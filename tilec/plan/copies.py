@@ -1,5 +1,7 @@
 """Chains of copies composed into one: `T[..] = =(X[..]); O[..] = =(T[..])` becomes one copy
-from X to O when T is read by nothing else.
+from X to O when T is read by nothing else, or only by copies that each compose with it (a
+fused projection's q / k / v split: one copy read by three slices becomes three copies of X;
+each slice reads its own third, so nothing is read twice).
 
 Layout ops are copies in Tile (a transpose, a reshape, a squeeze, a slice), and exported models
 chain them: an attention block reshapes, transposes and reshapes again around every product
