@@ -105,6 +105,39 @@ def test_a_copy_read_by_several_copies_composes_into_each():
     assert compose_copies(p) is p
 
 
+# torch's batch-first attention at batch 1: the input read sequence-first, then projected.
+BATCH_FIRST = """function (X[B, T, C], W[C, N]) -> (O) {
+  S[t, b, c : T, B, C] = =(X[b, t, c]);
+  O[t, b, n : T, B, N] = +(S[t, b, c] * W[c, n]);
+}"""
+
+
+def test_a_copy_that_only_moves_unit_axes_is_read_through_by_contractions():
+    p = check_program(BATCH_FIRST, {"X": (1, 6, 8), "W": (8, 5)}, "float32")
+    q = compose_copies(p)
+    assert [op.output for op in q.ops] == ["O"] and "S" not in q.tensors
+    assert q.ops[0].inputs[0].tensor == "X"
+    # A batch of 2 moves a real axis (another memory order): the copy stays.
+    p = check_program(BATCH_FIRST, {"X": (2, 6, 8), "W": (8, 5)}, "float32")
+    assert compose_copies(p) is p
+    # An elementwise reader needs the copy's shape.
+    src = BATCH_FIRST.replace("-> (O)", "-> (O, E)").replace("}", "  E = S * 2;\n}")
+    p = check_program(src, {"X": (1, 6, 8), "W": (8, 5)}, "float32")
+    assert [op.output for op in compose_copies(p).ops] == ["S", "O", "E"]
+
+
+@needs_device
+def test_a_product_read_through_a_moved_unit_axis_gives_the_reference_results():
+    rng = np.random.default_rng(13)
+    arrays = {"X": rng.standard_normal((1, 6, 8)).astype(np.float32),
+              "W": rng.standard_normal((8, 5)).astype(np.float32)}
+    exe = tilec.compile(BATCH_FIRST, {n: a.shape for n, a in arrays.items()})
+    assert len(exe.kernels) == 1
+    got = exe.run(arrays, poison=True)
+    np.testing.assert_allclose(got["O"], tilec.evaluate(BATCH_FIRST, **arrays)["O"],
+                               rtol=1e-5, atol=1e-5)
+
+
 @needs_device
 def test_a_split_read_in_place_gives_the_reference_results():
     rng = np.random.default_rng(12)

@@ -192,6 +192,63 @@ def compose_copies(program: ir.Program) -> ir.Program:
             readers[src] = [k for k in readers.get(src, []) if k != i] + todo
             del readers[t]
     kept = tuple(op for op in ops if op is not None)
+    if len(kept) != len(program.ops):
+        program = dataclasses.replace(program, ops=kept, tensors=tensors)
+    return _moves_of_unit_axes(program)
+
+
+def _unit_axis_move(op: ir.Statement, tensors: dict[str, ir.Tensor]
+                    ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """For a copy that only moves axes of size 1 (`T[i1, i0, i2] = =(X[i0, i1, i2])` with
+    i0 of range 1: a batch-first layout read sequence-first at batch 1), the index names T is
+    written at and X read at; None for any other statement.  Such a T holds X's elements in
+    X's memory order."""
+    if not _copy(op) or op.constraints or tensors[op.output].dtype != \
+            tensors[op.inputs[0].tensor].dtype:  # type: ignore[union-attr]
+        return None
+    w, r = plain_indices(op.out_idx), plain_indices(op.inputs[0].idx)  # type: ignore
+    if w is None or r is None or sorted(w) != sorted(r):
+        return None
+    size = dict(zip(w, tensors[op.output].shape, strict=True))
+    if size != dict(zip(r, tensors[op.inputs[0].tensor].shape, strict=True)) or \
+            [n for n in w if size[n] != 1] != [n for n in r if size[n] != 1]:
+        return None
+    return w, r
+
+
+def _moves_of_unit_axes(program: ir.Program) -> ir.Program:
+    """Copies that only move axes of size 1 (`_unit_axis_move`) go where every reader is a
+    contraction: each reads the copy's source instead, the same elements in the same memory
+    order (each index keeps its range), so its kernel is the same one but for the buffer.
+    Elementwise readers need the copy's shape and keep it.  One per layer of an exported
+    batch-first transformer at batch 1."""
+    tensors = dict(program.tensors)
+    keep = set(program.inputs) | set(program.outputs)
+    ops: list[ir.Statement | None] = list(program.ops)
+    for i in range(len(ops)):
+        op = ops[i]  # as readers before it left it
+        move = None if op is None else _unit_axis_move(op, tensors)
+        if move is None or op.output in keep:  # type: ignore[union-attr]
+            continue
+        t, x = op.output, op.inputs[0].tensor  # type: ignore[union-attr]
+        at = [k for k, o in enumerate(ops) if o is not None and t in _reads(o)]
+        if not at or not all(isinstance(ops[k], ir.Contraction) and ops[k].default != t
+                             for k in at):  # type: ignore[union-attr]
+            continue
+        written, read = move
+        for k in at:
+            reader = ops[k]
+            inputs = []
+            for a in reader.inputs:  # type: ignore[union-attr]
+                if a.tensor == t:  # the reader's polynomial of each of T's axes, on X's
+                    at_axis = dict(zip(written, a.idx, strict=True))
+                    a = ir.Access(x, tuple(at_axis[n] for n in read), a.span)
+                inputs.append(a)
+            new = dataclasses.replace(reader, inputs=tuple(inputs))  # type: ignore[arg-type]
+            ops[k] = dataclasses.replace(new, text=statement_text(new, tensors[new.output].shape))
+        ops[i] = None
+        del tensors[t]
+    kept = tuple(o for o in ops if o is not None)
     if len(kept) == len(program.ops):
         return program
     return dataclasses.replace(program, ops=kept, tensors=tensors)
