@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tilec
+from tilec.config import Config
 from tilec.lang.api import check_program
 from tilec.plan.copies import compose_copies
 
@@ -124,6 +125,39 @@ def test_a_copy_that_only_moves_unit_axes_is_read_through_by_contractions():
     src = BATCH_FIRST.replace("-> (O)", "-> (O, E)").replace("}", "  E = S * 2;\n}")
     p = check_program(src, {"X": (1, 6, 8), "W": (8, 5)}, "float32")
     assert [op.output for op in compose_copies(p).ops] == ["S", "O", "E"]
+
+
+# Attention's value product, its heads then put side by side ([B, H, T, D] -> [B, T, H*D]).
+HEADS_OUT = """function (P[B, H, T, S], V[B, H, S, D]) -> (O) {
+  A[b, h, t, d : B, H, T, D] = +(P[b, h, t, s] * V[b, h, s, d]);
+  O[b, t, 4*h + d : B, T, 8] = =(A[b, h, t, d]);
+}"""
+
+
+def test_a_product_writes_where_the_copy_reading_it_puts_its_output():
+    shapes = {"P": (1, 2, 3, 5), "V": (1, 2, 5, 4)}
+    p = check_program(HEADS_OUT, shapes, "float32")
+    assert compose_copies(p) is p  # only where asked (no attention kernel to match)
+    q = compose_copies(p, into_products=True)
+    assert [op.output for op in q.ops] == ["O"] and "A" not in q.tensors
+    assert q.ops[0].agg == "+" and not q.ops[0].constraints  # the operands bound every index
+    # A copy that moves the product's fastest index (d) elsewhere: the product keeps its output.
+    moved = HEADS_OUT.replace("O[b, t, 4*h + d : B, T, 8]", "O[b, d, 3*h + t : B, D, 6]")
+    p = check_program(moved, shapes, "float32")
+    assert compose_copies(p, into_products=True) is p
+
+
+@needs_device
+def test_a_product_writing_through_a_copy_gives_the_reference_results():
+    rng = np.random.default_rng(14)
+    arrays = {"P": rng.standard_normal((1, 2, 3, 5)).astype(np.float32),
+              "V": rng.standard_normal((1, 2, 5, 4)).astype(np.float32)}
+    exe = tilec.compile(HEADS_OUT, {n: a.shape for n, a in arrays.items()},
+                        config=Config(attention_fusion=False))
+    assert len(exe.kernels) == 1
+    got = exe.run(arrays, poison=True)
+    np.testing.assert_allclose(got["O"], tilec.evaluate(HEADS_OUT, **arrays)["O"],
+                               rtol=1e-5, atol=1e-5)
 
 
 @needs_device

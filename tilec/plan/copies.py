@@ -138,13 +138,64 @@ def _compose(first: ir.Contraction, second: ir.Contraction, shape: tuple[int, ..
                                indices=tuple(sorted(used)))
 
 
+def _write_through(first: ir.Contraction, second: ir.Contraction,
+                   tensors: dict[str, ir.Tensor]) -> ir.Contraction | None:
+    """`first`, a contraction that is not a copy, writing each element straight where
+    `second`, a copy that reads all of first's output T once and plainly, puts it (attention's
+    value product, whose heads a transpose and a reshape put side by side: one kernel fewer a
+    layer); None where that does not hold.  Only where first's fastest output index steps
+    the new output's last axis by one (its stores keep their memory order), and never for a
+    product whose operand is packed (`no_defract`) or that has a `default`."""
+    t, o = first.output, second.output
+    if first.default is not None or first.no_defract or \
+            tensors[t].size != tensors[o].size or tensors[t].dtype != tensors[o].dtype:
+        return None
+    rename = _fresh(set(second.indices), set(first.indices))
+    g = tuple(_subst(p, rename) for p in second.inputs[0].idx)
+    out = tuple(_subst(p, rename) for p in second.out_idx)
+    c2 = [ir.Constraint(_subst(c.poly, rename), c.bound) for c in second.constraints]
+    w = first.out_idx
+    # Axes read at the constant they were written at, or at 0 where T has size 1, carry no
+    # index of second's.
+    axes = [k for k, (a, b, n) in enumerate(zip(w, g, tensors[t].shape, strict=True))
+            if not (b.is_constant and ((a.is_constant and a == b) or (n == 1 and b.const == 0)))]
+    plain_g = plain_indices(tuple(g[k] for k in axes))
+    last = plain_indices(w[-1:]) if w else None
+    if plain_g is None or last is None:
+        return None
+    used = {n for p in (*out, *(c.poly for c in c2)) for n, _ in p.terms}
+    if not used <= set(plain_g):
+        return None
+    env = dict(zip(plain_g, (w[k] for k in axes), strict=True))
+    out_idx = tuple(_subst(p, env) for p in out)
+    if not out_idx or out_idx[-1].coef(last[0]) != 1:
+        return None
+    # first's indices keep the ranges T's axes gave them (those its operands do not bound
+    # already), and second's constraints hold, in first's indices.
+    cons = [*first.constraints, *(ir.Constraint(_subst(c.poly, env), c.bound) for c in c2),
+            *(ir.Constraint(p, n) for p, n in zip(w, tensors[t].shape, strict=True)
+              if not p.is_constant)]
+    cons = [c for c in dict.fromkeys(cons) if not _implied(c, first, tensors)]
+    return dataclasses.replace(first, output=o, out_idx=out_idx, constraints=tuple(cons))
+
+
+def _implied(c: ir.Constraint, op: ir.Contraction, tensors: dict[str, ir.Tensor]) -> bool:
+    """Whether `0 <= c.poly < c.bound` holds wherever `op`'s operands are read in range: the
+    polynomial is one index that an operand reads plainly along an axis no longer."""
+    name = plain_indices((c.poly,))
+    if name is None:
+        return False
+    return any(len(p.terms) == 1 and p.terms[0] == (name[0], 1) and p.const == 0 and n <= c.bound
+               for a in op.inputs for p, n in zip(a.idx, tensors[a.tensor].shape, strict=True))
+
+
 def _reads(op: ir.Statement) -> list[str]:
     if isinstance(op, ir.Contraction):
         return [a.tensor for a in op.inputs] + ([op.default] if op.default else [])
     return list(ir.expr_refs(op.expr))
 
 
-def compose_copies(program: ir.Program) -> ir.Program:
+def compose_copies(program: ir.Program, into_products: bool = False) -> ir.Program:
     """One pass in program order: a composed copy keeps its place, so a chain folds into it
     link by link.  A copy read by several copies (a fused projection's q / k / v split, each
     part a slice) composes into each of them where every one composes, and goes: each part
@@ -191,6 +242,23 @@ def compose_copies(program: ir.Program) -> ir.Program:
             src = first.inputs[0].tensor  # type: ignore[union-attr]
             readers[src] = [k for k in readers.get(src, []) if k != i] + todo
             del readers[t]
+    # Then products write where the one copy reading their output puts it (chains composed
+    # first: a transpose and a reshape after a product are one copy by now).
+    for j in range(len(ops) if into_products else 0):
+        second = ops[j]
+        if not _copy(second):  # type: ignore[arg-type]
+            continue
+        t = second.inputs[0].tensor  # type: ignore[union-attr]
+        i = producer.get(t)
+        first = ops[i] if i is not None else None
+        if not isinstance(first, ir.Contraction) or _copy(first) or t in keep or \
+                readers.get(t) != [j] or second.output in defaults:  # type: ignore[union-attr]
+            continue
+        new = _write_through(first, second, tensors)  # type: ignore[arg-type]
+        if new is not None:
+            ops[j] = dataclasses.replace(new, text=statement_text(new, tensors[new.output].shape))
+            ops[i] = None  # type: ignore[index]
+            del tensors[t]
     kept = tuple(op for op in ops if op is not None)
     if len(kept) != len(program.ops):
         program = dataclasses.replace(program, ops=kept, tensors=tensors)

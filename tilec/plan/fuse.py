@@ -173,8 +173,9 @@ def plan_kernels(program: ir.Program, *, rows: bool = True, place_concats: bool 
     `place_concats`: concatenations without copies (`plan.placement`).  Chains of copies
     are composed into one first (`plan.copies`).  `halos`: zero-padded reads of computed
     tensors read a bordered buffer instead, without bounds tests (`plan.halo`)."""
-    program = compose_copies(program)
     attention = rows if attention is None else attention
+    # A product writing where a copy puts its output no longer matches attention's pattern.
+    program = compose_copies(program, into_products=not attention)
     blocked: set[str] = set()
     skip: set[str] = set()
     while True:
