@@ -148,28 +148,18 @@ def test_a_product_writes_where_the_copy_reading_it_puts_its_output():
 
 
 @needs_device
-def test_a_product_writing_through_a_copy_gives_the_reference_results():
+@pytest.mark.parametrize("src,shapes", [
+    (HEADS_OUT, {"P": (1, 2, 3, 5), "V": (1, 2, 5, 4)}),  # the product writes through its copy
+    (BATCH_FIRST, {"X": (1, 6, 8), "W": (8, 5)}),  # the product reads through a unit-axis move
+])
+def test_a_product_composed_with_its_copy_gives_the_reference_results(src, shapes):
     rng = np.random.default_rng(14)
-    arrays = {"P": rng.standard_normal((1, 2, 3, 5)).astype(np.float32),
-              "V": rng.standard_normal((1, 2, 5, 4)).astype(np.float32)}
-    exe = tilec.compile(HEADS_OUT, {n: a.shape for n, a in arrays.items()},
-                        config=Config(attention_fusion=False))
+    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    exe = tilec.compile(src, shapes, config=Config(attention_fusion=False))
     assert len(exe.kernels) == 1
     got = exe.run(arrays, poison=True)
-    np.testing.assert_allclose(got["O"], tilec.evaluate(HEADS_OUT, **arrays)["O"],
-                               rtol=1e-5, atol=1e-5)
-
-
-@needs_device
-def test_a_product_read_through_a_moved_unit_axis_gives_the_reference_results():
-    rng = np.random.default_rng(13)
-    arrays = {"X": rng.standard_normal((1, 6, 8)).astype(np.float32),
-              "W": rng.standard_normal((8, 5)).astype(np.float32)}
-    exe = tilec.compile(BATCH_FIRST, {n: a.shape for n, a in arrays.items()})
-    assert len(exe.kernels) == 1
-    got = exe.run(arrays, poison=True)
-    np.testing.assert_allclose(got["O"], tilec.evaluate(BATCH_FIRST, **arrays)["O"],
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["O"], tilec.evaluate(src, **arrays)["O"], rtol=1e-5,
+                               atol=1e-5)
 
 
 @needs_device
