@@ -199,7 +199,11 @@ def compose_copies(program: ir.Program, into_products: bool = False) -> ir.Progr
     """One pass in program order: a composed copy keeps its place, so a chain folds into it
     link by link.  A copy read by several copies (a fused projection's q / k / v split, each
     part a slice) composes into each of them where every one composes, and goes: each part
-    then reads the source once.  Linear in the statements: it runs on every plan."""
+    then reads the source once.  Then, only with `into_products` (no attention kernel to
+    match), a product writes where the one copy reading its output puts it
+    (`_write_through`); and always, copies that only move axes of size 1 are read through by
+    the contractions reading them (`_moves_of_unit_axes`).  Linear in the statements but for
+    those few moves: it runs on every plan."""
     ops: list[ir.Statement | None] = list(program.ops)
     tensors = dict(program.tensors)
     keep = set(program.inputs) | set(program.outputs)

@@ -213,9 +213,7 @@ def _calibrate(context: Any, device: Any, vector_limit: int | None, label: str, 
     # apart, its bandwidths alike) runs them again at the end; where the rate has risen by
     # SETTLE, the compute measurements are taken again, the faster kept.
     for _ in range(SETTLE_TRIES):
-        again = _chain_rounds(m, {(form, width): (getattr(prg, ck.muladd_name(form, width)),
-                                                  width)}, 4 * cus,
-                              (np.float32(0.999), np.float32(0.001)), 1)[0][(form, width)]
+        again = _muladd_rounds(m, prg, (width,), 4 * cus, (form,), 1)[0][(form, width)]
         if again < peak * SETTLE:
             break
         rounds = _muladd_rounds(m, prg, widths, 4 * cus)
@@ -288,10 +286,11 @@ def _chain_rounds(m: _Meter, kernels: dict[Any, tuple[Any, int]], groups: int,
     return out
 
 
-def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int) -> list[Round]:
-    kernels = {(f, w): (getattr(prg, ck.muladd_name(f, w)), w) for f in ck.FORMS for w in widths}
+def _muladd_rounds(m: _Meter, prg: Any, widths: tuple[int, ...], groups: int,
+                   forms: tuple[str, ...] = ck.FORMS, rounds: int = ROUNDS) -> list[Round]:
+    kernels = {(f, w): (getattr(prg, ck.muladd_name(f, w)), w) for f in forms for w in widths}
     a, b = np.float32(0.999), np.float32(0.001)  # c <- c*a + b stays finite forever
-    return _chain_rounds(m, kernels, groups, (a, b), ROUNDS)
+    return _chain_rounds(m, kernels, groups, (a, b), rounds)
 
 
 def _access_rounds(m: _Meter, prg: Any, w: int, groups: int) -> list[tuple[float, float]]:
