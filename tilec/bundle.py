@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .codegen.phases import GRID_SYNC, SYNC_INTS
 from .config import Config
 from .errors import DeviceError, TileError
 from .plan.halo import Halo
@@ -77,14 +78,18 @@ def manifest(exe) -> dict:
             h = halos[name]
             buffers[-1]["halo"] = {"tensor": h.tensor, "lo": list(h.lo), "hi": list(h.hi),
                                    "fill": h.fill}
+    if any(s.kind == "phases" for s in exe.sources):  # the phase launches' barrier counters
+        buffers.append({"tensor": GRID_SYNC, "role": "sync", "dtype": "int32",
+                        "shape": [SYNC_INTS], "bytes": SYNC_INTS * 4})
     kernels = []
     for s in exe.sources:
         kernels.append({
             "name": s.name, "entry": getattr(exe, "entries", {}).get(s.name, s.name),
             "kind": s.kind, "global_size": [s.global_size],
             "local_size": None if s.local_size is None else [s.local_size],
-            "args": [{"index": i, "tensor": a.tensor, "access": "read" if a.role == "in"
-                      else "write", "dtype": a.dtype, "elements": a.elems}
+            "args": [{"index": i, "tensor": a.tensor,
+                      "access": {"in": "read", "out": "write"}.get(a.role, a.role),
+                      "dtype": a.dtype, "elements": a.elems}
                      for i, a in enumerate(s.args)],
             "tile": s.tile, "flops": s.flops,
         })

@@ -22,7 +22,8 @@ from .codegen.generate import (
     split_k,
     tile_searches,
 )
-from .codegen.siblings import merge_siblings
+from .codegen.phases import GRID_SYNC, SYNC_INTS, fuse_phases
+from .codegen.siblings import merge_siblings, settled
 from .config import Config
 from .errors import Source, TileError
 from .lang import ir
@@ -39,7 +40,7 @@ from .plan.fuse import (
 )
 from .plan.hw import HwModel
 from .runtime import compiled, search_ahead
-from .runtime.device import Runtime
+from .runtime.device import Runtime, runs_groups_at_once
 from .runtime.device_model import hw_model_for, measures_device, open_ahead
 from .runtime.launch import (
     NP,
@@ -61,7 +62,7 @@ from .runtime.prebuild import (
 )
 from .runtime.progress import Progress, step
 from .runtime.registers import register_counter
-from .runtime.share import SharedKernels, share_kernels
+from .runtime.share import SharedKernels, canonical, share_kernels
 from .tune.records import TuneRecord
 
 
@@ -93,6 +94,8 @@ class Executable(Launcher):
                                tensors[n].size * itemsize(tensors[n].dtype))
                  for n in plan.buffers()}
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
+        if any(s.kind == "phases" for s in sources):
+            specs[GRID_SYNC] = BufferSpec((SYNC_INTS,), "int32", SYNC_INTS * 4)
         # A large program on PoCL's CPU devices is built in parts, by worker processes where
         # that is cold (`prebuild`); the parts then come from PoCL's cache here.
         parts = split_parts(shared, sources, 1 if built is not None
@@ -103,9 +106,12 @@ class Executable(Launcher):
                               s.flops, tuple(a.tensor for a in s.args),
                               tuple(a.tensor for a in s.args if a.role == "out"))
                    for s in sources]
-        sizes = {n: s.nbytes for n, s in specs.items()}
+        sizes = {n: s.nbytes for n, s in specs.items() if n != GRID_SYNC}
         keep = set(program.inputs) | set(program.outputs) | {h.root for h in plan.halos}
-        memory = plan_memory(sources, sizes, keep)
+        # A phase launch's kernels run in turn, as separate launches would: the pool's slots
+        # are planned over them.
+        steps = [m for s in sources for m in (s.members if s.kind == "phases" else (s,))]
+        memory = plan_memory(steps, sizes, keep)
         self.specs, self.memory = dict(specs), memory  # (`_buffer_bytes`; `_setup` keeps them)
         self._prebuild = None if built is not None else Prebuild.start(
             runtime, parts, config.build_options, config.build_workers,
@@ -124,7 +130,7 @@ class Executable(Launcher):
                       for s in sources}
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate,
-                    replan=lambda more: plan_memory(sources, sizes, keep | more),
+                    replan=lambda more: plan_memory(steps, sizes, keep | more),
                     halos=plan.halos)
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
@@ -319,6 +325,10 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
             sources = merge_siblings(sources, program.inputs, constants,
                                      {st.root for st in plan.storage.values()}
                                      - {h.root for h in plan.halos})
+        if constants is not None and _phases(config, model, runtime):
+            sources = fuse_phases(sources, settled(sources, program.inputs, constants),
+                                  functools.partial(_digest, tensors=plan.program.tensors),
+                                  runtime.compute_units)
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
                          searches=searches, tuned=tuned, workers=workers)
         workers = None
@@ -374,6 +384,17 @@ def _siblings(config: Config, model: HwModel) -> bool:
     if config.sibling_launches is not None:
         return config.sibling_launches
     return model.kind == "cpu"
+
+
+def _digest(source: KernelSource, tensors) -> str:
+    """A kernel's text as `runtime.share` compares it: same digest, same function."""
+    return hashlib.sha256(canonical(source, tensors).encode()).hexdigest()
+
+
+def _phases(config: Config, model: HwModel, runtime: Runtime) -> bool:
+    """Whether runs of kernels may be one launch each (`Config.phase_launches`): on PoCL's
+    CPU driver, whose pool runs a launch's work-groups at once (`codegen.phases`)."""
+    return config.phase_launches and model.kind == "cpu" and runs_groups_at_once(runtime)
 
 
 # Steps `compile` reports to a progress bar (check, plan, generate, build).

@@ -48,6 +48,8 @@ class KernelSource:
     cost: str = ""
     flops: int = 0
     bytes_moved: int = 0
+    # The kernels one launch runs (`siblings.merge`, `phases.fuse`), as they were generated.
+    members: tuple[KernelSource, ...] = ()
 
 
 @functools.cache

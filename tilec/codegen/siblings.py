@@ -164,7 +164,7 @@ def merge(members: Sequence[KernelSource]) -> KernelSource:
                    global_size=first * local,
                    cost="\n".join(m.cost for m in members if m.cost),
                    flops=sum(m.flops for m in members),
-                   bytes_moved=sum(m.bytes_moved for m in members))
+                   bytes_moved=sum(m.bytes_moved for m in members), members=tuple(members))
 
 
 def _relative(text: str, first: int, groups: int, local: int) -> str:

@@ -81,6 +81,18 @@ def describe(device) -> DeviceInfo:
                       int(device.max_compute_units))
 
 
+def runs_groups_at_once(runtime) -> bool:
+    """Whether the device runs every work-group of a launch of at most one a compute unit at
+    the same time: PoCL's CPU driver ("pthread-<cpu>", "cpu-<cpu>" from PoCL 4 on), a pool of
+    one thread a compute unit.  Not its serial drivers ("basic", "cpu-minimal"), not TBB's,
+    not GPUs."""
+    info = runtime.info
+    name = info.name.lower()
+    pool = name.startswith("pthread-") or (
+        name.startswith("cpu-") and not name.startswith(("cpu-minimal", "cpu-tbb")))
+    return "Portable Computing Language" in info.platform and info.kind == "cpu" and pool
+
+
 def _several_kinds(device) -> bool:
     """Whether the device calls itself more than one of CPU, GPU and accelerator (a
     simulator does)."""

@@ -5,13 +5,15 @@ poisoned outputs, launches in order with event timing, downloads and validation.
 from __future__ import annotations
 
 import statistics
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.phases import ABORT_INDEX, GRID_SYNC, SYNC_INTS
 from ..config import Config
-from ..errors import TileError, ValidationError
+from ..errors import DeviceError, TileError, ValidationError
 from ..lang import ir
 from ..plan.halo import Halo
 from .device import Runtime, event_seconds
@@ -21,6 +23,14 @@ from .transpose import contiguous
 NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
       "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
       "uint32": np.uint32}
+# A phase launch (`codegen.phases`) holds this from its launch to its end: two such launches
+# running at once could each hold part of the driver's threads at a barrier, waiting for
+# work-groups that have no thread left.
+PHASE_LOCK = threading.Lock()
+# Calls after which a phase launch's abort flag is no longer read back (a launch whose
+# work-groups do not all run at once shows on the first call).
+PHASE_CHECKS = 2
+
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan),
           "int32": np.int32(-0x21524111), "bool": np.uint8(0xAB), "int8": np.int8(-0x55),
           "uint8": np.uint8(0xAB), "int16": np.int16(-0x2153), "uint16": np.uint16(0xDEAD),
@@ -111,6 +121,7 @@ class Launcher:
         # Buffers whose border holds a value no kernel writes (`plan.halo`): filled when the
         # buffer is made, and again after poisoning.  They keep their own buffers.
         self.halos = {h.root: h for h in halos}
+        self._phase_checks = PHASE_CHECKS
         assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
@@ -137,6 +148,8 @@ class Launcher:
                 s = self.specs[name]
                 self.runtime.fill(self._buffers[key], NP[s.dtype](self.halos[name].fill),
                                   s.nbytes)
+            elif name == GRID_SYNC:
+                self.runtime.fill(self._buffers[key], np.int32(0), self._buffer_bytes(name))
         return self._buffers[key]
 
     def _poison(self, name: str) -> None:
@@ -243,7 +256,7 @@ class Launcher:
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
         if poison:
             for name in self.specs:
-                if name not in self.inputs and name not in kept:
+                if name not in self.inputs and name not in kept and name != GRID_SYNC:
                     self._poison(name)
         outs: dict[str, np.ndarray] = {}
 
@@ -285,20 +298,46 @@ class Launcher:
         self._prepare(kernels)
         rt = self.runtime
         rounds = []
-        for r in range(max(1, repeat)):
-            events = []
-            for k in kernels:
-                fresh = k.name not in self._args_set
-                if fresh:
-                    self._args_set[k.name] = [self._buffer(a) for a in k.args]
-                events.append((k.name, rt.launch(self._kernels[k.name], k.global_size,
-                                                 k.local_size,
-                                                 self._args_set[k.name] if fresh else None)))
-            if then is not None and r == max(1, repeat) - 1:
-                then()
-            rt.finish()
-            rounds.append(events)
+        phased = any(k.kind == "phases" for k in kernels)
+        if phased:
+            PHASE_LOCK.acquire()
+        try:
+            for r in range(max(1, repeat)):
+                events = []
+                for k in kernels:
+                    fresh = k.name not in self._args_set
+                    if fresh:
+                        self._args_set[k.name] = [self._buffer(a) for a in k.args]
+                    # A phase launch: one work-group a compute unit the driver has now.
+                    size = min(k.global_size, rt.compute_units) if k.kind == "phases" \
+                        else k.global_size
+                    events.append((k.name, rt.launch(self._kernels[k.name], size,
+                                                     k.local_size,
+                                                     self._args_set[k.name] if fresh
+                                                     else None)))
+                if then is not None and r == max(1, repeat) - 1:
+                    then()
+                rt.finish()
+                rounds.append(events)
+            if phased and self._phase_checks > 0:
+                self._phase_checks -= 1
+                self._check_phases()
+        finally:
+            if phased:
+                PHASE_LOCK.release()
         return rounds
+
+    def _check_phases(self) -> None:
+        """Refuse a call whose phase launch stopped (its work-groups did not all run at once:
+        a driver that runs them one after another); the sync buffer is cleared for another."""
+        buf = self._buffer(GRID_SYNC)
+        flags = self.runtime.download(buf, (SYNC_INTS,), np.int32)
+        if flags[ABORT_INDEX]:
+            self.runtime.fill(buf, np.int32(0), self._buffer_bytes(GRID_SYNC))
+            self.runtime.finish()
+            raise DeviceError(f"{self.runtime.info.label} did not run the work-groups of a "
+                              "phase launch at once, and it stopped; compile with "
+                              "Config(phase_launches=False) for this device")
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
                 views: bool = False) -> dict[str, np.ndarray]:

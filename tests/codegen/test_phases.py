@@ -1,0 +1,220 @@
+"""`codegen.phases`: which kernels share a phase launch and the launch's text (device-free);
+the barrier across work-groups on the CPU device (a kernel reading what other work-groups
+wrote before it, its stop when they cannot all run); compiled graphs with phase launches and
+without, against numpy with their outputs poisoned."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from tilec.codegen.phases import (
+    ABORT_INDEX,
+    GRID_SYNC,
+    MAX_ARGS,
+    SYNC_INTS,
+    fuse,
+    fuse_phases,
+    phase_runs,
+)
+from tilec.codegen.siblings import merge
+from tilec.config import Config
+from tilec.errors import DeviceError
+from tilec.graph import ops
+from tilec.graph.builder import Graph
+from tilec.runtime.share import canonical
+
+from ..device import CPU, needs_device
+from ..graph_refs import close, run
+from .test_siblings import fire_graph, kernel
+
+RNG = np.random.default_rng(5)
+TENSORS = {"x", "y", "z", "w", "v", "u", "p", "q", "cat", "a", "b"}
+
+
+def rand(*shape):
+    return RNG.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+
+def digest(source):
+    return hashlib.sha256(canonical(source, TENSORS).encode()).hexdigest()
+
+
+def test_runs_are_consecutive_members_apart_from_settled_kernels_and_row_kernels():
+    a = kernel("k_a", ["x"], ["y"])
+    b = kernel("k_b", ["y"], ["z"])
+    rows = kernel("k_rows", ["z"], ["w"], local=4)  # a work-group of 4: not a phase
+    c = kernel("k_c", ["w"], ["v"])
+    d = kernel("k_d", ["v"], ["u"])
+    e = kernel("k_e", ["u"], ["p"])
+    sources = [a, b, rows, c, d, e]
+    assert phase_runs(sources, fixed=()) == [[0, 1], [3, 4, 5]]
+    # A kernel settled by the constants (run once, at bind) joins none.
+    assert phase_runs(sources, fixed={3}) == [[0, 1], [4, 5]]
+    fused = fuse_phases(sources, (), digest, groups=2)
+    assert [s.kind for s in fused] == ["phases", "contraction", "phases"]
+    assert fused[0].members == (a, b) and fused[2].members == (c, d, e)
+
+
+def test_runs_stop_at_the_arguments_a_launch_can_take():
+    chain = [kernel(f"k{i}", [f"t{i}", f"w{i}"], [f"t{i + 1}"]) for i in range(100)]
+    runs = phase_runs(chain, fixed=())
+    assert sum(len(r) for r in runs) == 100 and len(runs) > 1
+    for r in runs:
+        tensors = {a.tensor for i in r for a in chain[i].args}
+        assert len(tensors) + 1 <= MAX_ARGS  # the sync buffer is one more
+
+
+def test_fused_text_declares_each_tensor_once_and_writes_same_kernels_once():
+    a = kernel("k_a", ["x"], ["y"], groups=3)
+    b = kernel("k_b", ["y"], ["z"], groups=5, body="    b_z[grp] = b_y[4 - grp] + 1.0f;")
+    a2 = kernel("k_a2", ["z"], ["w"], groups=3)  # k_a's text over other tensors
+    f = fuse([a, b, a2], digest, groups=2)
+    assert f.global_size == 2 and f.local_size == 1 and f.members == (a, b, a2)
+    assert [(x.tensor, x.role) for x in f.args] == [
+        ("x", "in"), ("y", "out"), ("z", "out"), ("w", "out"), (GRID_SYNC, "sync", )]
+    # The launch's parameters: neither const nor restrict (a later phase reads what an
+    # earlier one wrote through another parameter); the members keep theirs.
+    assert "    __global float* b_x,\n    __global float* b_y," in f.text
+    assert "static void phases_k_a_f0(\n    __global const float* restrict b_x" in f.text
+    assert f.text.count("static void phases_k_a_f") == 2  # k_a and k_a2 share one
+    assert "phases_k_a_f0(b_z, b_w, g);" in f.text and "phases_k_a_f1(b_y, b_z, g);" in f.text
+    assert f.text.count("tilec_grid_sync(tilec_sync, (int)groups)") == 2  # between phases
+    assert "int grp = tilec_g;" in f.text and "get_group_id(0);\n    int grp" not in f.text
+    assert f.text.count("__kernel") == 1
+
+
+def test_a_phase_of_siblings_runs_their_parts_on_its_work_groups():
+    s1 = kernel("k_s1", ["x"], ["p"], groups=3)
+    s2 = kernel("k_s2", ["x"], ["q"], groups=5, body="    b_q[grp] = -b_x[grp];")
+    after = kernel("k_after", ["p"], ["y"])  # s1's text: its function
+    f = fuse([merge([s1, s2]), after], digest, groups=4)
+    assert "if (g < 3) phases_siblings_k_s1_f0(b_x, b_p, g);" in f.text
+    assert "else phases_siblings_k_s1_f1(b_x, b_q, g - 3);" in f.text
+    assert "blk < 8; blk += groups" in f.text  # the siblings' 3 + 5 work-groups
+    assert "phases_siblings_k_s1_f0(b_p, b_y, g);" in f.text
+
+
+def _build(text, options=()):
+    import pyopencl as cl
+
+    from tilec.runtime.device import Runtime
+
+    rt = Runtime.get(CPU)
+    return rt, cl.Program(rt.context, text).build(options=list(options))
+
+
+def _chain(n):
+    """Three phases, each reading elements other work-groups wrote in the one before."""
+    a = kernel("k_a", ["x"], ["y"], groups=n, body="    b_y[grp] = 2.0f * b_x[grp];")
+    b = kernel("k_b", ["y"], ["z"], groups=n,
+               body=f"    b_z[grp] = b_y[{n - 1} - grp] + b_y[(grp + 7) % {n}];")
+    c = kernel("k_c", ["z", "y"], ["w"], groups=n,
+               body=f"    b_w[grp] = b_z[(grp * 5) % {n}] * b_y[grp];")
+    return fuse([a, b, c], digest, groups=64)
+
+
+def _args(rt, cl, x, n):
+    mf = cl.mem_flags
+    bufs = {"x": cl.Buffer(rt.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)}
+    for t in ("y", "z", "w"):
+        bufs[t] = cl.Buffer(rt.context, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                            hostbuf=np.full(n, np.nan, np.float32))
+    bufs[GRID_SYNC] = cl.Buffer(rt.context, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                                hostbuf=np.zeros(SYNC_INTS, np.int32))
+    return bufs
+
+
+@needs_device
+def test_work_groups_see_what_the_others_wrote_in_the_phase_before():
+    import pyopencl as cl
+
+    n = 1031
+    f = _chain(n)
+    rt, prg = _build(f.text)
+    kernel_ = getattr(prg, f.name)
+    x = rand(n)
+    y = 2 * x
+    z = y[::-1] + y[(np.arange(n) + 7) % n]
+    want = z[(np.arange(n) * 5) % n] * y
+    bufs = _args(rt, cl, x, n)
+    kernel_.set_args(*[bufs[a.tensor] for a in f.args])
+    for _ in range(20):  # every call a race the barrier must win
+        cl.enqueue_fill_buffer(rt.queue, bufs["w"], np.float32(np.nan), 0, 4 * n)
+        cl.enqueue_nd_range_kernel(rt.queue, kernel_, (rt.compute_units,), (1,))
+        got = np.empty(n, np.float32)
+        cl.enqueue_copy(rt.queue, got, bufs["w"])
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    flags = np.empty(SYNC_INTS, np.int32)
+    cl.enqueue_copy(rt.queue, flags, bufs[GRID_SYNC])
+    assert flags[0] == 0 and flags[16] == 40 and flags[ABORT_INDEX] == 0  # 2 barriers a call
+
+
+@needs_device
+def test_a_launch_whose_work_groups_cannot_all_run_stops_and_says_so():
+    # One work-group more than the driver's threads: the first ones wait at the barrier for
+    # one that has no thread.  They give up after the spin limit (lowered here), raise the
+    # flag, and the launch ends instead of hanging.
+    import pyopencl as cl
+
+    n = 64
+    f = _chain(n)
+    rt, prg = _build(f.text, ["-DTILEC_SPIN_LIMIT=200000"])
+    kernel_ = getattr(prg, f.name)
+    bufs = _args(rt, cl, rand(n), n)
+    kernel_.set_args(*[bufs[a.tensor] for a in f.args])
+    cl.enqueue_nd_range_kernel(rt.queue, kernel_, (rt.compute_units + 1,), (1,))
+    flags = np.empty(SYNC_INTS, np.int32)
+    cl.enqueue_copy(rt.queue, flags, bufs[GRID_SYNC])
+    assert flags[ABORT_INDEX] == 1
+
+
+def mlp_graph():
+    g = Graph("mlp")
+    x = g.input("x", (4, 24))
+    h = x
+    for _ in range(4):
+        h = ops.relu(ops.matmul(h, g.constant(rand(24, 24))) + g.constant(rand(24)))
+    g.output("y", ops.softmax(ops.matmul(h, g.constant(rand(24, 10))), axis=-1))
+    return g, {"x": rand(4, 24)}
+
+
+@needs_device
+@pytest.mark.parametrize("graph", [fire_graph, mlp_graph])
+def test_graphs_run_in_phase_launches_on_the_cpu(graph):
+    g, arrays = graph()
+    want = g.evaluate(**arrays)
+    exes = {}
+    for on in (False, True):
+        exe, outs = run(g, arrays, passes=True, config=Config(
+            device=CPU, phase_launches=on, use_disk_cache=False, chains=False))
+        close(outs["y"], want["y"], rtol=1e-4)
+        exes[on] = exe.executable
+    off, on = exes[False], exes[True]
+    fused = [k for k in on.kernels if k.kind == "phases"]
+    assert fused and not any(k.kind == "phases" for k in off.kernels)
+    assert len(on.kernels) < len(off.kernels)
+    assert set(on.hoisted) == set(off.hoisted)  # what bind settles stays out of the launch
+    for _ in range(3):  # other inputs, other calls: computed anew each time
+        other = {n: rand(*a.shape) for n, a in arrays.items()}
+        close(exes[True].run(other, poison=True)["y"], g.evaluate(**other)["y"], rtol=1e-4)
+
+
+@needs_device
+def test_a_call_whose_phase_launch_stopped_is_refused_and_the_next_one_runs():
+    g, arrays = mlp_graph()
+    exe, _ = run(g, arrays, passes=True, config=Config(device=CPU, use_disk_cache=False,
+                                                       chains=False))
+    inner = exe.executable
+    assert any(k.kind == "phases" for k in inner.kernels)
+    inner._phase_checks = 1
+    # The flag as a launch that gave up leaves it: every work-group leaves at its barrier.
+    flags = np.zeros(SYNC_INTS, np.int32)
+    flags[ABORT_INDEX] = 1
+    inner.runtime.write(inner._buffer(GRID_SYNC), flags)
+    with pytest.raises(DeviceError, match="phase launch"):
+        exe.run(arrays)
+    inner._phase_checks = 1
+    close(exe.run(arrays, poison=True)["y"], g.evaluate(**arrays)["y"], rtol=1e-4)

@@ -1,0 +1,249 @@
+"""Phase launches: a run of dependent kernels as one launch, its work-groups meeting between them.
+
+Each launch costs PoCL's CPU driver a round trip through its thread pool: the finished
+command's event is completed, the next command is submitted and every pool thread is woken
+to take work-groups.  A 16-core Xeon with PoCL 5.0 pays 45-95 us a launch and 27 us between
+launches in a stream; squeezenet1_1's 22 launches cost it more than their arithmetic, and a
+2-core Zen 4 with PoCL 3.1 pays 11-16 us a launch.  Here a run of consecutive kernels becomes
+one launch of one work-group per compute unit: each work-group takes its share of the first
+kernel's work-groups (a contiguous block, as the driver's own scheduling gives a thread), then
+all meet at a barrier across the launch (`tilec_grid_sync`, an atomic counter and a
+generation word in a small buffer of their own), and go on to the next kernel.  The pool's
+threads stay awake from the first kernel to the last.
+
+A barrier across work-groups is safe only where every work-group of the launch runs at the same
+time: a work-group waiting there holds its thread until the last one arrives.  PoCL's CPU
+driver ("pthread", "cpu" from PoCL 4 on) runs a kernel's work-groups on a pool of one thread a
+compute unit, each thread taking a share of what is left (one each when there are no more
+work-groups than threads), and the launch has one work-group a compute unit, no more than the
+device reports at the call.  A launch is never made with another such launch running
+(`runtime.launch` holds a lock from its launch to its end); other kernels only delay it.  The
+serial drivers ("basic", "cpu-minimal", TBB's) and GPUs keep one kernel a launch.  As a last
+guard a work-group that has waited 2**34 spins (many seconds) raises a flag in the buffer and
+every work-group leaves; the runtime reads the flag after the first calls and refuses the
+results.
+
+Which kernels join: those a shared launch of siblings may hold (`siblings.joinable`: no local
+memory, no barrier, the generators' one kernel function), of one work-item a work-group (CPU
+contractions and elementwise kernels), consecutive in launch order, none settled by the
+constants alone (those run once, at bind).  Each member is kept as generated but for its
+`__kernel` line (an ordinary function with its work-group as a last parameter) and its
+work-item queries along axis 0 (that parameter, and its own group count); members whose text
+is the same but for tensor names are written once and called with their own arguments
+(`digest`: the runtime's canonical text, `runtime.share`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+
+from .kernel_text import KernelArg, KernelSource
+from .siblings import _ARG_NAME, _SIGNATURE, joinable
+
+# The sync buffer's name among a phase launch's arguments (no tensor is named so: tensor
+# names come from the program, whose identifiers cannot start with "tilec:").
+GRID_SYNC = "tilec:grid_sync"
+# The sync buffer, in ints: arrivals at 0, the generation at 16, the abort flag at 32, each on a
+# cache line of its own (the waiting work-groups read the generation; arrivals write theirs).
+SYNC_INTS = 64
+ABORT_INDEX = 32
+# Each work-group takes blocks of this many of a kernel's work-groups, the work-groups' blocks
+# side by side (w, w + G, w + 2G, ...): the cores work on neighbouring tiles at once and share
+# what they read through the last-level cache.  On the 2-core Zen 4 squeezenet1_1 ran 0.93x
+# (blocks of 1, 4 or 16) of its separate launches, and 1.30x with each work-group taking one
+# contiguous share of every kernel (both cores streaming apart through its filters).
+CHUNK = 4
+# Most kernels in one launch: each adds a function and a barrier to one program's text.
+MAX_PHASES = 64
+# Most arguments of one launch, the sync buffer included: OpenCL's least CL_DEVICE_MAX_
+# PARAMETER_SIZE is 1024 bytes (128 pointers); PoCL reports that.
+MAX_ARGS = 120
+
+_QUERIES = ("get_group_id", "get_global_id", "get_num_groups", "get_global_size")
+
+SYNC_TEXT = """\
+#ifndef TILEC_GRID_SYNC
+#define TILEC_GRID_SYNC
+#ifndef TILEC_SPIN_LIMIT
+#define TILEC_SPIN_LIMIT (1UL << 34)
+#endif
+/* Every work-group of the launch meets here: the last to arrive resets the count and moves
+ * the generation on; the others wait for that.  What a work-group wrote before arriving is
+ * seen by every work-group after (the atomics order it).  Returns 1 where the launch is to
+ * stop: a work-group waited past TILEC_SPIN_LIMIT (its work-groups did not all run at once). */
+static int tilec_grid_sync(volatile __global int* sync, const int groups)
+{
+    const int generation = atomic_add(&sync[16], 0);
+    if (atomic_inc(&sync[0]) == groups - 1) {
+        atomic_xchg(&sync[0], 0);
+        atomic_inc(&sync[16]);
+        return sync[32] != 0;
+    }
+    ulong spins = 0;
+    while (sync[16] == generation) {
+        if (sync[32] != 0)
+            return 1;
+        if (++spins > TILEC_SPIN_LIMIT) {
+            atomic_xchg(&sync[32], 1);
+            return 1;
+        }
+    }
+    atomic_add(&sync[16], 0);  /* what the others wrote is seen from here on */
+    return sync[32] != 0;
+}
+#endif
+"""
+
+
+def phase_member(source: KernelSource) -> bool:
+    """Whether a kernel can be a phase of a shared launch (`joinable`, one work-item a group)."""
+    return joinable(source) and source.local_size == 1
+
+
+def phase_runs(sources: Sequence[KernelSource], fixed: Collection[int]) -> list[list[int]]:
+    """Runs of consecutive kernels (indices into `sources`) that may share a launch, each of
+    two kernels or more, within `MAX_PHASES` and `MAX_ARGS`; `fixed`: kernels settled by the
+    constants alone (run at bind), which join none."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    tensors: set[str] = set()
+    for i, s in enumerate(sources):
+        ok = i not in fixed and phase_member(s)
+        names = {a.tensor for a in s.args}
+        if run and (not ok or len(run) >= MAX_PHASES
+                    or len(tensors | names) + 1 > MAX_ARGS):
+            runs.append(run)
+            run, tensors = [], set()
+        if ok:
+            run.append(i)
+            tensors |= names
+    if run:
+        runs.append(run)
+    return [r for r in runs if len(r) > 1]
+
+
+def fuse_phases(sources: Sequence[KernelSource], fixed: Collection[int],
+                digest: Callable[[KernelSource], str], groups: int) -> list[KernelSource]:
+    """`sources` with each run of `phase_runs` as one kernel (`fuse`); `groups`: the
+    launch's work-groups as compiled (the device's compute units; the runtime launches no
+    more than the device reports at the call)."""
+    runs = phase_runs(sources, fixed)
+    start = {r[0]: r for r in runs}
+    inside = {i for r in runs for i in r}
+    out: list[KernelSource] = []
+    for i, s in enumerate(sources):
+        if i in start:
+            out.append(fuse([sources[j] for j in start[i]], digest, groups))
+        elif i not in inside:
+            out.append(s)
+    return out
+
+
+def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
+         groups: int) -> KernelSource:
+    """One kernel of `groups` work-groups running `members` (phase members) in turn.  A
+    member that is itself a shared launch of siblings (`siblings.merge`) runs its parts as
+    it did: its work-groups numbered across them, each part its own block."""
+    name = f"phases_{members[0].name}"
+    functions: dict[str, str] = {}  # a part's text digest -> its function's name
+    texts: list[str] = []
+    params: dict[str, str] = {}  # tensor -> the launch's parameter
+    decls: list[str] = []
+    args: dict[str, KernelArg] = {}
+    body: list[str] = []
+    notes: list[str] = []
+
+    def param(decl: str, a: KernelArg) -> str:
+        if a.tensor not in params:
+            ident = _ARG_NAME.search(decl)
+            assert ident is not None, decl
+            pname = "b_" + re.sub(r"^[A-Za-z]_", "", ident.group(1))
+            while pname in params.values():
+                pname += "_"
+            params[a.tensor] = pname
+            decls.append(_plain(decl[:ident.start()]) + pname)
+            args[a.tensor] = a
+        elif a.role == "out":
+            args[a.tensor] = replace(args[a.tensor], role="out")
+        return params[a.tensor]
+
+    def function(part: KernelSource) -> tuple[str, list[str], int]:
+        count = part.global_size  # work-groups: one work-item each
+        sig = _SIGNATURE.search(part.text)
+        assert sig is not None and part.local_size == 1, part.name
+        own = [a.strip() for a in sig.group(3).split(",") if a.strip()]
+        assert len(own) == len(part.args), part.name
+        text = _in_group(part.text, count)
+        key = digest(replace(part, text=text))
+        if key not in functions:
+            fn = f"{name}_f{len(functions)}"
+            functions[key] = fn
+            texts.append(text[:sig.start()]
+                         + f"__attribute__((noinline)) static void {fn}("
+                         f"{sig.group(3)}, const size_t tilec_g)" + text[sig.end():])
+        return functions[key], [param(d, a) for d, a in zip(own, part.args, strict=True)], count
+
+    for k, m in enumerate(members):
+        parts = [function(p) for p in (m.members or (m,))]
+        total = sum(c for _, _, c in parts)
+        notes.append(f" *   phase {k}: {m.name} ({total} work-groups)")
+        body.append(f"    /* {m.name} */")
+        body.append(f"    for (size_t blk = w * {CHUNK}; blk < {total}; "
+                    f"blk += groups * {CHUNK})")
+        body.append(f"        for (size_t g = blk; g < min(blk + {CHUNK}, (size_t){total}); "
+                    "++g) {")
+        first = 0
+        for j, (fn, call, count) in enumerate(parts):
+            test = "" if j == len(parts) - 1 else f"if (g < {first + count}) "
+            at = f"g - {first}" if first else "g"
+            body.append(f"            {'else ' if j else ''}{test}{fn}({', '.join(call)}, {at});")
+            first += count
+        body.append("        }")
+        if k < len(members) - 1:
+            body.append("    if (tilec_grid_sync(tilec_sync, (int)groups)) return;")
+    head = "\n".join([
+        "/*",
+        f" * {len(members)} kernels in one launch, in turn; the work-groups share each one's "
+        "work-groups out",
+        " * and meet between them (one work-group a compute unit):",
+        *notes,
+        " */"])
+    wrapper = "\n".join([
+        head,
+        "__kernel __attribute__((reqd_work_group_size(1, 1, 1)))",
+        f"void {name}(",
+        ",\n".join(f"    {d}" for d in [*decls, "volatile __global int* tilec_sync"]) + ")",
+        "{",
+        "    const size_t w = get_group_id(0), groups = get_num_groups(0);",
+        *body,
+        "}",
+        ""])
+    sync = KernelArg(GRID_SYNC, "sync", "int32", SYNC_INTS)
+    return replace(members[0], name=name, kind="phases",
+                   text="\n".join([SYNC_TEXT, *texts, wrapper]),
+                   args=(*args.values(), sync), global_size=groups, local_size=1,
+                   tile={}, cost="\n".join(m.cost for m in members if m.cost),
+                   flops=sum(m.flops for m in members),
+                   bytes_moved=sum(m.bytes_moved for m in members), members=tuple(members))
+
+
+def _in_group(text: str, count: int) -> str:
+    """`text` with its work-item queries along axis 0 those of logical work-group `tilec_g`
+    of `count` (one work-item each)."""
+    subs = {"get_group_id": "tilec_g", "get_global_id": "tilec_g",
+            "get_num_groups": f"((size_t){count})", "get_global_size": f"((size_t){count})"}
+    for q in _QUERIES:
+        text = re.sub(rf"\b{q}\(0\)", subs[q], text)
+    return text
+
+
+def _plain(decl: str) -> str:
+    """A parameter's type as the launch declares it: without `const` and `restrict` (members
+    write what later members read, through other parameters of the same launch)."""
+    decl = re.sub(r"\b(const|restrict)\b\s*", "", decl)
+    return re.sub(r"\s+", " ", decl).strip() + " "
+
+
+__all__ = ["ABORT_INDEX", "GRID_SYNC", "MAX_ARGS", "MAX_PHASES", "SYNC_INTS", "SYNC_TEXT",
+           "fuse", "fuse_phases", "phase_member", "phase_runs"]
