@@ -95,8 +95,10 @@ def test_repeated_blocks_build_one_kernel_and_match_numpy(tmp_path):
     # (Without the filters' relaid copies, one per block: `plan.pack`.)
     # Halos off: with them the first block reads the input as given, the others a bordered
     # buffer, and the last writes the output without a border (three functions).
+    # (Phase launches off: they would make the three one launch.)
     exe, outs = run(g, arrays, config=Config(cache_dir=tmp_path, pack_panels=False,
-                                             chains=False, halos=False), quiet=True)
+                                             chains=False, halos=False, phase_launches=False),
+                    quiet=True)
     inner = exe.executable
     assert len(inner.kernels) == 3
     assert len(set(inner.entries.values())) == 1  # one function runs all three
@@ -179,8 +181,8 @@ def test_resnet_shaped_model_shares_kernels_and_matches_onnxruntime(tmp_path, ha
     x = input_array(model)
     # Chains off: this small model's kernels are short enough (channels-last on a CPU) to
     # run as one chain kernel, which leaves nothing to share.
-    exe = tilec.onnx.load(model, config=Config(cache_dir=tmp_path, chains=False, halos=halos),
-                          quiet=True)
+    exe = tilec.onnx.load(model, config=Config(cache_dir=tmp_path, chains=False, halos=halos,
+                                               phase_launches=False), quiet=True)
     got = exe.run({"input": x}, poison=True)["output"]
     inner = exe.last.executable
     assert len(set(inner.entries.values())) < len(inner.kernels)

@@ -6,6 +6,7 @@ without, against numpy with their outputs poisoned."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tilec.codegen.phases import (
     SYNC_INTS,
     fuse,
     fuse_phases,
+    phase_member,
     phase_runs,
 )
 from tilec.codegen.siblings import merge
@@ -24,6 +26,7 @@ from tilec.config import Config
 from tilec.errors import DeviceError
 from tilec.graph import ops
 from tilec.graph.builder import Graph
+from tilec.graph.ops_norm import layer_norm
 from tilec.runtime.share import canonical
 
 from ..device import CPU, needs_device
@@ -56,6 +59,22 @@ def test_runs_are_consecutive_members_apart_from_settled_kernels_and_row_kernels
     fused = fuse_phases(sources, (), digest, groups=2)
     assert [s.kind for s in fused] == ["phases", "contraction", "phases"]
     assert fused[0].members == (a, b) and fused[2].members == (c, d, e)
+
+
+def test_work_items_that_ask_only_their_global_index_are_units_of_a_phase():
+    # A CPU row kernel: a work-group of 4 rows, one work-item a row, no barrier.
+    rows = kernel("k_rows", ["x"], ["y"], local=4, groups=3, kind="row",
+                  body="    const int row = get_global_id(0);\n    if (row >= 10) return;\n"
+                       "    b_y[row] = b_x[row];")
+    rows = replace(rows, text=rows.text.replace("    int grp = get_group_id(0);\n", ""))
+    assert phase_member(rows)
+    lanes = kernel("k_lanes", ["x"], ["y"], local=4, kind="row",
+                   body="    b_y[get_global_id(0)] = b_x[get_local_id(0)];")
+    shared = kernel("k_shared", ["x"], ["y"], local=4,
+                    body="    __local float t[4];\n    t[0] = b_x[0];\n    b_y[0] = t[0];")
+    assert not phase_member(lanes) and not phase_member(shared)
+    f = fuse([rows, kernel("k_after", ["y"], ["z"], groups=12)], digest, groups=2)
+    assert "const int row = tilec_g;" in f.text and "blk < 12;" in f.text  # 3 x 4 rows
 
 
 def test_runs_stop_at_the_arguments_a_launch_can_take():
@@ -175,8 +194,9 @@ def mlp_graph():
     g = Graph("mlp")
     x = g.input("x", (4, 24))
     h = x
-    for _ in range(4):
+    for _ in range(4):  # a normalization's rows between the products
         h = ops.relu(ops.matmul(h, g.constant(rand(24, 24))) + g.constant(rand(24)))
+        h = layer_norm(h, g.constant(rand(24)), g.constant(rand(24)), axis=-1)
     g.output("y", ops.softmax(ops.matmul(h, g.constant(rand(24, 10))), axis=-1))
     return g, {"x": rand(4, 24)}
 

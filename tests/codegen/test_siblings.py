@@ -162,7 +162,8 @@ def test_fire_module_shares_launches_on_the_cpu(branches):
     exes = {}
     for on in (False, True):
         exe, outs = run(g, arrays, passes=True, config=Config(
-            device="Portable", sibling_launches=on, use_disk_cache=False, chains=False))
+            device="Portable", sibling_launches=on, use_disk_cache=False, chains=False,
+            phase_launches=False))  # (phases: the whole call one launch, `test_phases`)
         close(outs["y"], want["y"], rtol=1e-4)
         exes[on] = exe
     off, on = exes[False].executable, exes[True].executable
@@ -184,7 +185,7 @@ def test_shared_launches_run_their_parts_edge_tiles():
     want = g.evaluate(**arrays)
     exe, outs = run(g, arrays, passes=True, config=Config(
         device="Portable", sibling_launches=True, use_disk_cache=False, chains=False,
-        tiles={"relu_1_acc": {"ci": 6, "co": 8, "x0": 1, "x1": 4}}))
+        phase_launches=False, tiles={"relu_1_acc": {"ci": 6, "co": 8, "x0": 1, "x1": 4}}))
     close(outs["y"], want["y"], rtol=1e-4)
     merged = [k for k in exe.executable.sources if k.name.startswith("siblings_")]
     assert merged and "with code of its own" in merged[0].text

@@ -5,11 +5,11 @@ command's event is completed, the next command is submitted and every pool threa
 to take work-groups.  A 16-core Xeon with PoCL 5.0 pays 45-95 us a launch and 27 us between
 launches in a stream; squeezenet1_1's 22 launches cost it more than their arithmetic, and a
 2-core Zen 4 with PoCL 3.1 pays 11-16 us a launch.  Here a run of consecutive kernels becomes
-one launch of one work-group per compute unit: each work-group takes its share of the first
-kernel's work-groups (a contiguous block, as the driver's own scheduling gives a thread), then
-all meet at a barrier across the launch (`tilec_grid_sync`, an atomic counter and a
-generation word in a small buffer of their own), and go on to the next kernel.  The pool's
-threads stay awake from the first kernel to the last.
+one launch of one work-group per compute unit: the work-groups deal out the first kernel's
+work-groups among themselves (blocks of `CHUNK` at most, side by side), then all meet at a barrier
+across the launch (`tilec_grid_sync`, an atomic counter and a generation word in a small
+buffer of their own), and go on to the next kernel.  The pool's threads stay awake from the
+first kernel to the last, and the host makes one launch where it made dozens.
 
 A barrier across work-groups is safe only where every work-group of the launch runs at the same
 time: a work-group waiting there holds its thread until the last one arrives.  PoCL's CPU
@@ -23,14 +23,15 @@ guard a work-group that has waited 2**34 spins (many seconds) raises a flag in t
 every work-group leaves; the runtime reads the flag after the first calls and refuses the
 results.
 
-Which kernels join: those a shared launch of siblings may hold (`siblings.joinable`: no local
-memory, no barrier, the generators' one kernel function), of one work-item a work-group (CPU
-contractions and elementwise kernels), consecutive in launch order, none settled by the
-constants alone (those run once, at bind).  Each member is kept as generated but for its
-`__kernel` line (an ordinary function with its work-group as a last parameter) and its
-work-item queries along axis 0 (that parameter, and its own group count); members whose text
-is the same but for tensor names are written once and called with their own arguments
-(`digest`: the runtime's canonical text, `runtime.share`)."""
+Which kernels join (`phase_member`): kernels without local memory or barriers in the form the
+generators write, either of one work-item a work-group (CPU contractions, sibling launches) or
+whose work-items ask for their global index alone (CPU row kernels, one row a work-item;
+elementwise kernels): each work-item is then one unit of the phase; consecutive in launch
+order, none settled by the constants alone (those run once, at bind).  Each member is kept as
+generated but for its `__kernel` line (an ordinary function with its unit as a last
+parameter) and its work-item queries along axis 0 (that parameter, and its own count);
+members whose text is the same but for tensor names are written once and called with their
+own arguments (`digest`: the runtime's canonical text, `runtime.share`)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from .kernel_text import KernelArg, KernelSource
-from .siblings import _ARG_NAME, _SIGNATURE, joinable
+from .siblings import _ARG_NAME, _SIGNATURE
 
 # The sync buffer's name among a phase launch's arguments (no tensor is named so: tensor
 # names come from the program, whose identifiers cannot start with "tilec:").
@@ -48,23 +49,33 @@ GRID_SYNC = "tilec:grid_sync"
 # cache line of its own (the waiting work-groups read the generation; arrivals write theirs).
 SYNC_INTS = 64
 ABORT_INDEX = 32
-# Each work-group takes blocks of this many of a kernel's work-groups, the work-groups' blocks
-# side by side (w, w + G, w + 2G, ...): the cores work on neighbouring tiles at once and share
-# what they read through the last-level cache.  On the 2-core Zen 4 squeezenet1_1 ran 0.93x
-# (blocks of 1, 4 or 16) of its separate launches, and 1.30x with each work-group taking one
-# contiguous share of every kernel (both cores streaming apart through its filters).
-CHUNK = 4
+# Each work-group takes blocks of at most this many of a kernel's work-groups (a quarter of
+# its share where that is fewer; one at least), the work-groups' blocks side by side (w, w + G,
+# w + 2G, ...): the cores work on neighbouring tiles at once and share what they read through
+# the last-level cache, and every core has work where the kernel has a few work-groups a core.
+# On the 2-core Zen 4 squeezenet1_1 ran 0.93x of its separate launches with blocks of 1, 4 or
+# 16, and 1.30x with each work-group taking one contiguous share of every kernel (both cores
+# streaming apart through its filters).
+CHUNK = 16
 # Most kernels in one launch: each adds a function and a barrier to one program's text.
 MAX_PHASES = 64
 # Most arguments of one launch, the sync buffer included: OpenCL's least CL_DEVICE_MAX_
 # PARAMETER_SIZE is 1024 bytes (128 pointers); PoCL reports that.
 MAX_ARGS = 120
 
+# What a work-item of a larger work-group may ask that a phase's unit cannot answer.
+_GROUP_QUERIES = re.compile(r"\bget_(group_id|local_id|num_groups|local_size)\s*\(")
 _QUERIES = ("get_group_id", "get_global_id", "get_num_groups", "get_global_size")
 
 SYNC_TEXT = """\
 #ifndef TILEC_GRID_SYNC
 #define TILEC_GRID_SYNC
+#define TILEC_CHUNK @CHUNK@
+/* How many of a kernel's `total` work-groups a work-group of the launch takes at a time. */
+static size_t tilec_block(const size_t total, const size_t groups)
+{
+    return clamp(total / (4 * groups), (size_t)1, (size_t)TILEC_CHUNK);
+}
 #ifndef TILEC_SPIN_LIMIT
 #define TILEC_SPIN_LIMIT (1UL << 34)
 #endif
@@ -93,12 +104,20 @@ static int tilec_grid_sync(volatile __global int* sync, const int groups)
     return sync[32] != 0;
 }
 #endif
-"""
+""".replace("@CHUNK@", str(CHUNK))
 
 
 def phase_member(source: KernelSource) -> bool:
-    """Whether a kernel can be a phase of a shared launch (`joinable`, one work-item a group)."""
-    return joinable(source) and source.local_size == 1
+    """Whether a kernel can be a phase of a shared launch: one kernel function in the form
+    the generators write, no local memory and no barrier, and either one work-item a
+    work-group or work-items that ask for nothing but their global index (a CPU row kernel's
+    rows, an elementwise kernel's elements): each of its work-items is then a unit of the
+    phase, as a work-group of one would be."""
+    text = source.text
+    if source.kind not in ("contraction", "elementwise", "row") or "__local" in text \
+            or "barrier(" in text or len(_SIGNATURE.findall(text)) != 1:
+        return False
+    return source.local_size == 1 or not _GROUP_QUERIES.search(text)
 
 
 def phase_runs(sources: Sequence[KernelSource], fixed: Collection[int]) -> list[list[int]]:
@@ -169,9 +188,9 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
         return params[a.tensor]
 
     def function(part: KernelSource) -> tuple[str, list[str], int]:
-        count = part.global_size  # work-groups: one work-item each
+        count = part.global_size  # units: work-items (of one a work-group, or of one row)
         sig = _SIGNATURE.search(part.text)
-        assert sig is not None and part.local_size == 1, part.name
+        assert sig is not None, part.name
         own = [a.strip() for a in sig.group(3).split(",") if a.strip()]
         assert len(own) == len(part.args), part.name
         text = _in_group(part.text, count)
@@ -189,10 +208,11 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
         total = sum(c for _, _, c in parts)
         notes.append(f" *   phase {k}: {m.name} ({total} work-groups)")
         body.append(f"    /* {m.name} */")
-        body.append(f"    for (size_t blk = w * {CHUNK}; blk < {total}; "
-                    f"blk += groups * {CHUNK})")
-        body.append(f"        for (size_t g = blk; g < min(blk + {CHUNK}, (size_t){total}); "
-                    "++g) {")
+        # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
+        # work-group of the launch to get several blocks.
+        body.append(f"    for (size_t c = tilec_block({total}, groups), blk = w * c; "
+                    f"blk < {total}; blk += groups * c)")
+        body.append(f"        for (size_t g = blk; g < min(blk + c, (size_t){total}); ++g) {{")
         first = 0
         for j, (fn, call, count) in enumerate(parts):
             test = "" if j == len(parts) - 1 else f"if (g < {first + count}) "
