@@ -328,7 +328,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
         if constants is not None and _phases(config, model, runtime):
             sources = fuse_phases(sources, settled(sources, program.inputs, constants),
                                   functools.partial(_digest, tensors=plan.program.tensors),
-                                  runtime.compute_units)
+                                  model, runtime.compute_units)
         exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
                          searches=searches, tuned=tuned, workers=workers)
         workers = None

@@ -11,13 +11,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tilec.codegen import phases
 from tilec.codegen.phases import (
     ABORT_INDEX,
     GRID_SYNC,
     MAX_ARGS,
+    SMALL_RUN_S,
     SYNC_INTS,
     fuse,
     fuse_phases,
+    one_core_seconds,
     phase_member,
     phase_runs,
 )
@@ -27,6 +30,7 @@ from tilec.errors import DeviceError
 from tilec.graph import ops
 from tilec.graph.builder import Graph
 from tilec.graph.ops_norm import layer_norm
+from tilec.plan.hw import HwModel
 from tilec.runtime.share import canonical
 
 from ..device import CPU, needs_device
@@ -56,9 +60,14 @@ def test_runs_are_consecutive_members_apart_from_settled_kernels_and_row_kernels
     assert phase_runs(sources, fixed=()) == [[0, 1], [3, 4, 5]]
     # A kernel settled by the constants (run once, at bind) joins none.
     assert phase_runs(sources, fixed={3}) == [[0, 1], [4, 5]]
-    fused = fuse_phases(sources, (), digest, groups=2)
+    hw = HwModel.load("pocl-cpu")
+    fused = fuse_phases(sources, (), digest, hw, units=2)
     assert [s.kind for s in fused] == ["phases", "contraction", "phases"]
     assert fused[0].members == (a, b) and fused[2].members == (c, d, e)
+    # Kernels of a few elements: one core does them sooner than its threads wake and meet.
+    assert one_core_seconds([a, b], hw) < SMALL_RUN_S and fused[0].global_size == 1
+    big = [replace(k, flops=10**9) for k in (a, b)]
+    assert fuse_phases(big, (), digest, hw, units=2)[0].global_size == 2
 
 
 def test_work_items_that_ask_only_their_global_index_are_units_of_a_phase():
@@ -100,7 +109,8 @@ def test_fused_text_declares_each_tensor_once_and_writes_same_kernels_once():
     assert "static void phases_k_a_f0(\n    __global const float* restrict b_x" in f.text
     assert f.text.count("static void phases_k_a_f") == 2  # k_a and k_a2 share one
     assert "phases_k_a_f0(b_z, b_w, g);" in f.text and "phases_k_a_f1(b_y, b_z, g);" in f.text
-    assert f.text.count("tilec_grid_sync(tilec_sync, (int)groups)") == 2  # between phases
+    # Between phases, and at the end (which resets the counter of blocks dealt).
+    assert f.text.count("tilec_grid_sync(tilec_sync, (int)groups)") == 3
     assert "int grp = tilec_g;" in f.text and "get_group_id(0);\n    int grp" not in f.text
     assert f.text.count("__kernel") == 1
 
@@ -112,7 +122,7 @@ def test_a_phase_of_siblings_runs_their_parts_on_its_work_groups():
     f = fuse([merge([s1, s2]), after], digest, groups=4)
     assert "if (g < 3) phases_siblings_k_s1_f0(b_x, b_p, g);" in f.text
     assert "else phases_siblings_k_s1_f1(b_x, b_q, g - 3);" in f.text
-    assert "blk < 8; blk += groups" in f.text  # the siblings' 3 + 5 work-groups
+    assert "blk < 8; blk = tilec_next" in f.text  # the siblings' 3 + 5 work-groups
     assert "phases_siblings_k_s1_f0(b_p, b_y, g);" in f.text
 
 
@@ -168,7 +178,8 @@ def test_work_groups_see_what_the_others_wrote_in_the_phase_before():
         np.testing.assert_allclose(got, want, rtol=1e-6)
     flags = np.empty(SYNC_INTS, np.int32)
     cl.enqueue_copy(rt.queue, flags, bufs[GRID_SYNC])
-    assert flags[0] == 0 and flags[16] == 40 and flags[ABORT_INDEX] == 0  # 2 barriers a call
+    # Three barriers a call (two between the phases, one at the end), every count reset.
+    assert flags[0] == 0 and flags[16] == 60 and flags[48] == 0 and flags[ABORT_INDEX] == 0
 
 
 @needs_device
@@ -203,7 +214,12 @@ def mlp_graph():
 
 @needs_device
 @pytest.mark.parametrize("graph", [fire_graph, mlp_graph])
-def test_graphs_run_in_phase_launches_on_the_cpu(graph):
+@pytest.mark.parametrize("one_group", [True, False])
+def test_graphs_run_in_phase_launches_on_the_cpu(graph, one_group, monkeypatch):
+    # These graphs are small enough for one work-group (`SMALL_RUN_S`); at 0 s they take
+    # one a compute unit, meeting at the barriers.
+    if not one_group:
+        monkeypatch.setattr(phases, "SMALL_RUN_S", 0.0)
     g, arrays = graph()
     want = g.evaluate(**arrays)
     exes = {}
@@ -215,6 +231,7 @@ def test_graphs_run_in_phase_launches_on_the_cpu(graph):
     off, on = exes[False], exes[True]
     fused = [k for k in on.kernels if k.kind == "phases"]
     assert fused and not any(k.kind == "phases" for k in off.kernels)
+    assert {k.global_size for k in fused} == ({1} if one_group else {on.runtime.compute_units})
     assert len(on.kernels) < len(off.kernels)
     assert set(on.hoisted) == set(off.hoisted)  # what bind settles stays out of the launch
     for _ in range(3):  # other inputs, other calls: computed anew each time

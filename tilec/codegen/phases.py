@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
+from ..plan.hw import HwModel
 from .kernel_text import KernelArg, KernelSource
 from .siblings import _ARG_NAME, _SIGNATURE
 
@@ -57,6 +58,10 @@ ABORT_INDEX = 32
 # 16, and 1.30x with each work-group taking one contiguous share of every kernel (both cores
 # streaming apart through its filters).
 CHUNK = 16
+# A run whose work one core does in less than this is one work-group (the others' threads
+# would wake and meet at every barrier for nothing): mlp_gelu_ln's three kernels (27 us on two
+# cores of the Zen 4) took 0.11 ms as a launch of two work-groups, against 0.03 launched apart.
+SMALL_RUN_S = 100e-6
 # Most kernels in one launch: each adds a function and a barrier to one program's text.
 MAX_PHASES = 64
 # Most arguments of one launch, the sync buffer included: OpenCL's least CL_DEVICE_MAX_
@@ -71,23 +76,32 @@ SYNC_TEXT = """\
 #ifndef TILEC_GRID_SYNC
 #define TILEC_GRID_SYNC
 #define TILEC_CHUNK @CHUNK@
-/* How many of a kernel's `total` work-groups a work-group of the launch takes at a time. */
+/* How many of a kernel's `total` work-groups a work-group of the launch takes at a time:
+ * at most TILEC_CHUNK (neighbours share what they read), a quarter of its share at most. */
 static size_t tilec_block(const size_t total, const size_t groups)
 {
     return clamp(total / (4 * groups), (size_t)1, (size_t)TILEC_CHUNK);
 }
+/* The first of the next `c` work-groups of the kernel under way that no work-group has taken:
+ * the blocks go to whichever work-group is free, as the driver's own threads take them. */
+static size_t tilec_next(volatile __global int* sync, const size_t c)
+{
+    return (size_t)atomic_add(&sync[48], (int)c);
+}
 #ifndef TILEC_SPIN_LIMIT
 #define TILEC_SPIN_LIMIT (1UL << 34)
 #endif
-/* Every work-group of the launch meets here: the last to arrive resets the count and moves
- * the generation on; the others wait for that.  What a work-group wrote before arriving is
- * seen by every work-group after (the atomics order it).  Returns 1 where the launch is to
- * stop: a work-group waited past TILEC_SPIN_LIMIT (its work-groups did not all run at once). */
+/* Every work-group of the launch meets here: the last to arrive resets the count and the
+ * blocks dealt, and moves the generation on; the others wait for that.  What a work-group
+ * wrote before arriving is seen by every work-group after (the atomics order it).  Returns 1
+ * where the launch is to stop: a work-group waited past TILEC_SPIN_LIMIT (the launch's
+ * work-groups did not all run at once). */
 static int tilec_grid_sync(volatile __global int* sync, const int groups)
 {
     const int generation = atomic_add(&sync[16], 0);
     if (atomic_inc(&sync[0]) == groups - 1) {
         atomic_xchg(&sync[0], 0);
+        atomic_xchg(&sync[48], 0);  /* the next kernel's blocks are dealt from the first */
         atomic_inc(&sync[16]);
         return sync[32] != 0;
     }
@@ -143,20 +157,37 @@ def phase_runs(sources: Sequence[KernelSource], fixed: Collection[int]) -> list[
 
 
 def fuse_phases(sources: Sequence[KernelSource], fixed: Collection[int],
-                digest: Callable[[KernelSource], str], groups: int) -> list[KernelSource]:
-    """`sources` with each run of `phase_runs` as one kernel (`fuse`); `groups`: the
-    launch's work-groups as compiled (the device's compute units; the runtime launches no
-    more than the device reports at the call)."""
+                digest: Callable[[KernelSource], str], hw: HwModel,
+                units: int) -> list[KernelSource]:
+    """`sources` with each run of `phase_runs` as one kernel (`fuse`) of `units` work-groups
+    (the device's compute units; the runtime launches no more than the device reports at the
+    call), or of one where one core does the run's work in less than `SMALL_RUN_S`."""
     runs = phase_runs(sources, fixed)
     start = {r[0]: r for r in runs}
     inside = {i for r in runs for i in r}
     out: list[KernelSource] = []
     for i, s in enumerate(sources):
         if i in start:
-            out.append(fuse([sources[j] for j in start[i]], digest, groups))
+            members = [sources[j] for j in start[i]]
+            small = one_core_seconds(members, hw) < SMALL_RUN_S
+            out.append(fuse(members, digest, 1 if small else units))
         elif i not in inside:
             out.append(s)
     return out
+
+
+def one_core_seconds(members: Sequence[KernelSource], hw: HwModel) -> float:
+    """About how long one core takes over `members`: each kernel's arithmetic at a core's
+    share of the peak or its arguments' bytes at the memory's rate, the longer (infinite
+    where the model knows neither rate: no launch is made one work-group on a guess)."""
+    if not (hw.peak_gflops > 0 and hw.bandwidth_gbs > 0 and hw.compute_units > 0):
+        return float("inf")
+    core = hw.peak_gflops * 1e9 / hw.compute_units
+    total = 0.0
+    for m in members:
+        moved = sum(a.elems * hw.elem_size(a.dtype) for a in m.args)
+        total += max(m.flops / core, moved / (hw.bandwidth_gbs * 1e9))
+    return total
 
 
 def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
@@ -210,8 +241,9 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
         body.append(f"    /* {m.name} */")
         # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
         # work-group of the launch to get several blocks.
-        body.append(f"    for (size_t c = tilec_block({total}, groups), blk = w * c; "
-                    f"blk < {total}; blk += groups * c)")
+        body.append(f"    for (size_t c = tilec_block({total}, groups), "
+                    f"blk = tilec_next(tilec_sync, c); blk < {total}; "
+                    "blk = tilec_next(tilec_sync, c))")
         body.append(f"        for (size_t g = blk; g < min(blk + c, (size_t){total}); ++g) {{")
         first = 0
         for j, (fn, call, count) in enumerate(parts):
@@ -220,8 +252,9 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
             body.append(f"            {'else ' if j else ''}{test}{fn}({', '.join(call)}, {at});")
             first += count
         body.append("        }")
-        if k < len(members) - 1:
-            body.append("    if (tilec_grid_sync(tilec_sync, (int)groups)) return;")
+        body.append("    if (tilec_grid_sync(tilec_sync, (int)groups)) return;"
+                    if k < len(members) - 1 else
+                    "    tilec_grid_sync(tilec_sync, (int)groups);  /* the blocks dealt: reset */")
     head = "\n".join([
         "/*",
         f" * {len(members)} kernels in one launch, in turn; the work-groups share each one's "
@@ -235,7 +268,7 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
         f"void {name}(",
         ",\n".join(f"    {d}" for d in [*decls, "volatile __global int* tilec_sync"]) + ")",
         "{",
-        "    const size_t w = get_group_id(0), groups = get_num_groups(0);",
+        "    const size_t groups = get_num_groups(0);",
         *body,
         "}",
         ""])
