@@ -38,7 +38,8 @@ def tilec_times(path: Path, calls: int, device: str | None) -> dict[str, list[fl
     import tilec.onnx
     from tilec.config import Config
 
-    exe = tilec.onnx.load(str(path), config=Config(device=device,
+    # A launch a kernel (phase launches would time a whole run of kernels as one).
+    exe = tilec.onnx.load(str(path), config=Config(device=device, phase_launches=False,
                                                    cache_dir=Path(tempfile.mkdtemp())))
     feed = {exe.inputs[0]: _input(path)}
     exe.run(feed, poison=True)

@@ -307,7 +307,9 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
             # A model written for a bigger device: plan no more threads than this one takes.
             config = replace(config, threads=_floor_pow2(runtime.max_wg))
         tuned = _lookup_records(plan, model, config, runtime, records)
-        if config.chains:
+        # Where the call's kernels become phase launches, small kernels run there (on the
+        # first work-group, `codegen.phases`) without a chain's launch of their own.
+        if config.chains and not (constants is not None and _phases(config, model, runtime)):
             plan = chain_kernels(plan, model, loops=config.chain_loops)
     except BaseException:
         if workers is not None:

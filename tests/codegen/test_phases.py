@@ -115,6 +115,18 @@ def test_fused_text_declares_each_tensor_once_and_writes_same_kernels_once():
     assert f.text.count("__kernel") == 1
 
 
+def test_small_kernels_run_on_the_first_work_group_with_one_barrier_after_them():
+    a = kernel("k_a", ["x"], ["y"], groups=8)
+    b = kernel("k_b", ["y"], ["z"], groups=3, body="    b_z[grp] = b_y[7 - grp];")
+    c = kernel("k_c", ["z"], ["w"], groups=3, body="    b_w[grp] = -b_z[2 - grp];")
+    d = kernel("k_d", ["w"], ["v"], groups=8, body="    b_v[grp] = 2.0f * b_w[grp % 3];")
+    f = fuse([a, b, c, d], digest, groups=4, serial=[False, True, True, False])
+    body = f.text[f.text.index("__kernel"):]
+    assert body.count("tilec_grid_sync(") == 3  # after a, after b and c, at the end
+    assert "if (get_group_id(0) == 0) {" in body and "for (size_t g = 0; g < 3; ++g)" in body
+    assert body.index("phases_k_a_f1(b_y, b_z, g);") < body.index("phases_k_a_f2(b_z, b_w, g);")
+
+
 def test_a_phase_of_siblings_runs_their_parts_on_its_work_groups():
     s1 = kernel("k_s1", ["x"], ["p"], groups=3)
     s2 = kernel("k_s2", ["x"], ["q"], groups=5, body="    b_q[grp] = -b_x[grp];")
@@ -135,14 +147,15 @@ def _build(text, options=()):
     return rt, cl.Program(rt.context, text).build(options=list(options))
 
 
-def _chain(n):
-    """Three phases, each reading elements other work-groups wrote in the one before."""
+def _chain(n, serial=None):
+    """Three phases, each reading elements other work-groups wrote in the one before
+    (`serial`: which the first work-group runs alone)."""
     a = kernel("k_a", ["x"], ["y"], groups=n, body="    b_y[grp] = 2.0f * b_x[grp];")
     b = kernel("k_b", ["y"], ["z"], groups=n,
                body=f"    b_z[grp] = b_y[{n - 1} - grp] + b_y[(grp + 7) % {n}];")
     c = kernel("k_c", ["z", "y"], ["w"], groups=n,
                body=f"    b_w[grp] = b_z[(grp * 5) % {n}] * b_y[grp];")
-    return fuse([a, b, c], digest, groups=64)
+    return fuse([a, b, c], digest, groups=64, serial=serial)
 
 
 def _args(rt, cl, x, n):
@@ -157,11 +170,12 @@ def _args(rt, cl, x, n):
 
 
 @needs_device
-def test_work_groups_see_what_the_others_wrote_in_the_phase_before():
+@pytest.mark.parametrize("serial", [None, [False, True, False], [True, True, False]])
+def test_work_groups_see_what_the_others_wrote_in_the_phase_before(serial):
     import pyopencl as cl
 
     n = 1031
-    f = _chain(n)
+    f = _chain(n, serial)
     rt, prg = _build(f.text)
     kernel_ = getattr(prg, f.name)
     x = rand(n)
@@ -178,8 +192,11 @@ def test_work_groups_see_what_the_others_wrote_in_the_phase_before():
         np.testing.assert_allclose(got, want, rtol=1e-6)
     flags = np.empty(SYNC_INTS, np.int32)
     cl.enqueue_copy(rt.queue, flags, bufs[GRID_SYNC])
-    # Three barriers a call (two between the phases, one at the end), every count reset.
-    assert flags[0] == 0 and flags[16] == 60 and flags[48] == 0 and flags[ABORT_INDEX] == 0
+    # A barrier between the phases (small ones in a row: one) and one at the end a call,
+    # every count reset.
+    barriers = {None: 3, False: 3, True: 2}[serial and serial[0]]
+    assert flags[0] == 0 and flags[16] == 20 * barriers and flags[48] == 0
+    assert flags[ABORT_INDEX] == 0
 
 
 @needs_device

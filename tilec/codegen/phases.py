@@ -9,7 +9,11 @@ one launch of one work-group per compute unit: the work-groups deal out the firs
 work-groups among themselves (blocks of `CHUNK` at most, side by side), then all meet at a barrier
 across the launch (`tilec_grid_sync`, an atomic counter and a generation word in a small
 buffer of their own), and go on to the next kernel.  The pool's threads stay awake from the
-first kernel to the last, and the host makes one launch where it made dozens.
+first kernel to the last, and the host makes one launch where it made dozens.  Kernels one
+core does in a few microseconds (`SERIAL_PHASE_S`: an LSTM's steps, a squeeze-excitation's
+products) run on the first work-group alone, one after another, with one barrier after the
+lot; a run that one core does in less than `SMALL_RUN_S` is a launch of one work-group.  So
+chains (`plan.chain`) are not made where a call's kernels are phase launches.
 
 A barrier across work-groups is safe only where every work-group of the launch runs at the same
 time: a work-group waiting there holds its thread until the last one arrives.  PoCL's CPU
@@ -62,6 +66,11 @@ CHUNK = 16
 # would wake and meet at every barrier for nothing): mlp_gelu_ln's three kernels (27 us on two
 # cores of the Zen 4) took 0.11 ms as a launch of two work-groups, against 0.03 launched apart.
 SMALL_RUN_S = 100e-6
+# A kernel whose work one core does in less than this runs on the launch's first work-group
+# alone, with the small kernels next to it, and one barrier after them: on the 16-core Xeon
+# a barrier of all the work-groups costs microseconds, and an LSTM's 110 tiny kernels (a few
+# thousand multiply-adds each) took 1.4 ms as phases of 16 work-groups.
+SERIAL_PHASE_S = 10e-6
 # Most kernels in one launch: each adds a function and a barrier to one program's text.
 MAX_PHASES = 64
 # Most arguments of one launch, the sync buffer included: OpenCL's least CL_DEVICE_MAX_
@@ -170,7 +179,8 @@ def fuse_phases(sources: Sequence[KernelSource], fixed: Collection[int],
         if i in start:
             members = [sources[j] for j in start[i]]
             small = one_core_seconds(members, hw) < SMALL_RUN_S
-            out.append(fuse(members, digest, 1 if small else units))
+            serial = [one_core_seconds([m], hw) < SERIAL_PHASE_S for m in members]
+            out.append(fuse(members, digest, 1 if small else units, serial))
         elif i not in inside:
             out.append(s)
     return out
@@ -191,10 +201,11 @@ def one_core_seconds(members: Sequence[KernelSource], hw: HwModel) -> float:
 
 
 def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
-         groups: int) -> KernelSource:
+         groups: int, serial: Sequence[bool] | None = None) -> KernelSource:
     """One kernel of `groups` work-groups running `members` (phase members) in turn.  A
     member that is itself a shared launch of siblings (`siblings.merge`) runs its parts as
-    it did: its work-groups numbered across them, each part its own block."""
+    it did: its work-groups numbered across them, each part its own block.  `serial`: the
+    members the first work-group runs alone (consecutive ones with no barrier between)."""
     name = f"phases_{members[0].name}"
     functions: dict[str, str] = {}  # a part's text digest -> its function's name
     texts: list[str] = []
@@ -234,27 +245,52 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
                          f"{sig.group(3)}, const size_t tilec_g)" + text[sig.end():])
         return functions[key], [param(d, a) for d, a in zip(own, part.args, strict=True)], count
 
-    for k, m in enumerate(members):
-        parts = [function(p) for p in (m.members or (m,))]
-        total = sum(c for _, _, c in parts)
-        notes.append(f" *   phase {k}: {m.name} ({total} work-groups)")
-        body.append(f"    /* {m.name} */")
-        # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
-        # work-group of the launch to get several blocks.
-        body.append(f"    for (size_t c = tilec_block({total}, groups), "
-                    f"blk = tilec_next(tilec_sync, c); blk < {total}; "
-                    "blk = tilec_next(tilec_sync, c))")
-        body.append(f"        for (size_t g = blk; g < min(blk + c, (size_t){total}); ++g) {{")
-        first = 0
+    def dispatch(parts: list[tuple[str, list[str], int]], pad: str) -> list[str]:
+        lines, first = [], 0
         for j, (fn, call, count) in enumerate(parts):
             test = "" if j == len(parts) - 1 else f"if (g < {first + count}) "
             at = f"g - {first}" if first else "g"
-            body.append(f"            {'else ' if j else ''}{test}{fn}({', '.join(call)}, {at});")
+            lines.append(f"{pad}{'else ' if j else ''}{test}{fn}({', '.join(call)}, {at});")
             first += count
-        body.append("        }")
+        return lines
+
+    small = list(serial) if serial is not None else [False] * len(members)
+    k = 0
+    while k < len(members):
+        end = k + 1
+        while small[k] and end < len(members) and small[end]:
+            end += 1
+        if small[k]:
+            # Kernels that one core runs sooner than the work-groups meet: the first
+            # work-group runs them in turn (its own order keeps what each reads written).
+            body.append("    if (get_group_id(0) == 0) {  /* one work-group: small kernels */")
+        for m in members[k:end]:
+            parts = [function(p) for p in (m.members or (m,))]
+            total = sum(c for _, _, c in parts)
+            notes.append(f" *   phase {len(notes)}: {m.name} ({total} work-groups"
+                         f"{', the first work-group alone' if small[k] else ''})")
+            if small[k]:
+                body.append(f"        /* {m.name} */")
+                body.append(f"        for (size_t g = 0; g < {total}; ++g) {{")
+                body += dispatch(parts, "            ")
+                body.append("        }")
+                continue
+            body.append(f"    /* {m.name} */")
+            # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
+            # work-group of the launch to get several blocks.
+            body.append(f"    for (size_t c = tilec_block({total}, groups), "
+                        f"blk = tilec_next(tilec_sync, c); blk < {total}; "
+                        "blk = tilec_next(tilec_sync, c))")
+            body.append(f"        for (size_t g = blk; g < min(blk + c, (size_t){total}); "
+                        "++g) {")
+            body += dispatch(parts, "            ")
+            body.append("        }")
+        if small[k]:
+            body.append("    }")
         body.append("    if (tilec_grid_sync(tilec_sync, (int)groups)) return;"
-                    if k < len(members) - 1 else
+                    if end < len(members) else
                     "    tilec_grid_sync(tilec_sync, (int)groups);  /* the blocks dealt: reset */")
+        k = end
     head = "\n".join([
         "/*",
         f" * {len(members)} kernels in one launch, in turn; the work-groups share each one's "
