@@ -17,6 +17,16 @@ def run(graph, arrays, *, passes=False, **kw):
     return exe, outs
 
 
+def kinds(exe):
+    """The kinds of an executable's kernels in launch order, each kernel of a phase launch
+    (`codegen.phases`: a run of a call's kernels as one launch on PoCL's CPU driver) by its
+    own kind."""
+    inner = exe
+    while not hasattr(inner, "sources"):
+        inner = inner.executable if hasattr(inner, "executable") else inner._require()
+    return [m.kind for s in inner.sources for m in (s.members if s.kind == "phases" else (s,))]
+
+
 def close(got, want, rtol=1e-4, atol=1e-5):
     want = np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)

@@ -73,7 +73,8 @@ class Config:
     sibling_launches: bool | None = None
     # Graph and ONNX compiles on PoCL's CPU driver: runs of consecutive kernels as one launch
     # of one work-group a compute unit, which meet at a barrier between kernels
-    # (`codegen.phases`): the driver's 10-90 us a launch paid once.  False: a kernel a launch.
+    # (`codegen.phases`): the driver's 10-90 us a launch paid once; no chains are made there
+    # (small kernels run on the launch's first work-group).  False: a kernel a launch.
     phase_launches: bool = True
     # CPU contractions: the last, partial tile along one output index (a 7-wide row in tiles
     # of 4) runs a register tile as wide as the range's rest, with code of its own

@@ -12,7 +12,7 @@ from tilec.graph import Graph
 from tilec.graph import ops_einsum as E
 
 from ..device import needs_device
-from ..graph_refs import close, run
+from ..graph_refs import close, kinds, run
 
 device = needs_device
 RNG = np.random.default_rng(47)
@@ -22,10 +22,6 @@ def rand(*shape):
     """Random values away from zero, either sign."""
     v = RNG.uniform(0.25, 2.0, shape) * RNG.choice([-1, 1], shape)
     return np.asarray(v, np.float32)
-
-
-def kinds(exe):
-    return [k.kind for k in exe.kernels]
 
 
 EINSUMS = [

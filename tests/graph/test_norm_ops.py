@@ -13,7 +13,7 @@ from tilec.graph import Graph, ops
 from tilec.graph import ops_norm as N
 
 from ..device import needs_device
-from ..graph_refs import close, run
+from ..graph_refs import close, kinds, run
 
 device = needs_device
 RNG = np.random.default_rng(41)
@@ -58,10 +58,6 @@ def np_group_norm(x, scale, bias, groups, eps):
         scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
     p = (c,) + (1,) * (x.ndim - 2)
     return y * scale.reshape(p) + bias.reshape(p)
-
-
-def kinds(exe):
-    return [k.kind for k in exe.kernels]
 
 
 SHAPES = [((5, 300), -1), ((3, 7), -1), ((2, 3, 257), -1), ((1, 1000), -1), ((4, 6, 13), 1),

@@ -28,6 +28,7 @@ from tilec.lang.api import check_program  # noqa: E402
 from tilec.plan.attention import find  # noqa: E402
 
 from ..device import needs_device  # noqa: E402
+from ..graph_refs import kinds  # noqa: E402
 
 device = needs_device
 RNG = np.random.default_rng(23)
@@ -92,10 +93,6 @@ def qkv(b=2, hq=4, hkv=4, tq=5, tk=7, d=8, e=None, dtype=np.float32):
 def qkv3(b=2, hq=4, hkv=2, tq=5, tk=7, d=8, e=None):
     return {"Q": rand((b, tq, hq * d)), "K": rand((b, tk, hkv * d)),
             "V": rand((b, tk, hkv * (e or d)))}
-
-
-def kinds(exe):
-    return [k.kind for k in exe.kernels]
 
 
 # 4-D and 3-D, heads, scale, soft cap --------------------------------------------------------

@@ -19,6 +19,7 @@ from tilec.errors import TileError  # noqa: E402
 from tilec.onnx.norms import NORM_CONVERTERS  # noqa: E402
 
 from ..device import needs_device  # noqa: E402
+from ..graph_refs import kinds  # noqa: E402
 from ..onnx_cases import against_onnxruntime  # noqa: E402
 
 device = needs_device
@@ -52,10 +53,6 @@ def model(nodes, inputs, outputs, opset=17, inits=()):
 def check(m, feed, rtol=1e-4, atol=1e-5):
     """tilec (outputs poisoned) against onnxruntime: same types, shapes and values."""
     return against_onnxruntime(m, feed, rtol, atol, scaled_atol=True)
-
-
-def kinds(exe):
-    return [k.kind for k in exe.kernels]
 
 
 # LayerNormalization ------------------------------------------------------------------------------
