@@ -54,13 +54,15 @@ GRID_SYNC = "tilec:grid_sync"
 # cache line of its own (the waiting work-groups read the generation; arrivals write theirs).
 SYNC_INTS = 64
 ABORT_INDEX = 32
-# Each work-group takes blocks of at most this many of a kernel's work-groups (a quarter of
-# its share where that is fewer; one at least), the work-groups' blocks side by side (w, w + G,
-# w + 2G, ...): the cores work on neighbouring tiles at once and share what they read through
-# the last-level cache, and every core has work where the kernel has a few work-groups a core.
-# On the 2-core Zen 4 squeezenet1_1 ran 0.93x of its separate launches with blocks of 1, 4 or
-# 16, and 1.30x with each work-group taking one contiguous share of every kernel (both cores
-# streaming apart through its filters).
+# A work-group takes blocks of at most this many of a kernel's work-groups (a quarter of its
+# share where that is fewer; one at least), dealt from a counter to whichever work-group is
+# free, as the driver's threads take them: neighbouring tiles run at once on the cores, which
+# share what they read through the last-level cache, and a core that is slow (or taken by
+# another process for a while) holds one block back, not a share.  On the 2-core Zen 4
+# squeezenet1_1 ran 0.93x of its separate launches with blocks of 1, 4 or 16 side by side,
+# 1.30x with each work-group taking one contiguous share of every kernel (both cores
+# streaming apart through its filters), and the same dealt from the counter; beside a busy
+# process the counter's launch took 1.67x the separate launches' time, fixed blocks 1.85x.
 CHUNK = 16
 # A run whose work one core does in less than this is one work-group (the others' threads
 # would wake and meet at every barrier for nothing): mlp_gelu_ln's three kernels (27 us on two
