@@ -93,6 +93,12 @@ static size_t tilec_block(const size_t total, const size_t groups)
 {
     return clamp(total / (4 * groups), (size_t)1, (size_t)TILEC_CHUNK);
 }
+/* The same for a kernel whose units are work-items (an elementwise kernel's elements, a row
+ * kernel's rows): a quarter of the share, however many, so that blocks are dealt rarely. */
+static size_t tilec_units(const size_t total, const size_t groups)
+{
+    return max(total / (4 * groups), (size_t)1);
+}
 /* The first of the next `c` work-groups of the kernel under way that no work-group has taken:
  * the blocks go to whichever work-group is free, as the driver's own threads take them. */
 static size_t tilec_next(volatile __global int* sync, const size_t c)
@@ -242,8 +248,12 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
         if key not in functions:
             fn = f"{name}_f{len(functions)}"
             functions[key] = fn
-            texts.append(text[:sig.start()]
-                         + f"__attribute__((noinline)) static void {fn}("
+            # A work-group's tile is a function of its own (the program's code stays one copy
+            # a kernel); a work-item's few operations are inlined into the loop over a block
+            # of them, which the compiler may then vectorize as the driver would have.
+            how = "__attribute__((noinline)) static" if part.local_size == 1 \
+                else "static inline"
+            texts.append(text[:sig.start()] + f"{how} void {fn}("
                          f"{sig.group(3)}, const size_t tilec_g)" + text[sig.end():])
         return functions[key], [param(d, a) for d, a in zip(own, part.args, strict=True)], count
 
@@ -280,7 +290,8 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
             body.append(f"    /* {m.name} */")
             # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
             # work-group of the launch to get several blocks.
-            body.append(f"    for (size_t c = tilec_block({total}, groups), "
+            size = "tilec_block" if m.local_size == 1 else "tilec_units"
+            body.append(f"    for (size_t c = {size}({total}, groups), "
                         f"blk = tilec_next(tilec_sync, c); blk < {total}; "
                         "blk = tilec_next(tilec_sync, c))")
             body.append(f"        for (size_t g = blk; g < min(blk + c, (size_t){total}); "
