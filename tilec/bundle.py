@@ -39,7 +39,7 @@ from .codegen.phases import GRID_SYNC, SYNC_INTS
 from .config import Config
 from .errors import DeviceError, TileError
 from .plan.halo import Halo
-from .runtime.device import DeviceInfo, Runtime
+from .runtime.device import DeviceInfo, Runtime, runs_groups_at_once
 from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation, compare
 from .tune.records import TuneRecord
 
@@ -207,6 +207,12 @@ class BundledExecutable(Launcher):
         self.tuned = {r.kernel: r for r in self.records}
         options = tuple(meta.get("build_options", config.build_options))
         self.runtime = runtime
+        if any(k["kind"] == "phases" for k in m["kernels"]) and not runs_groups_at_once(runtime):
+            # Its work-groups wait for each other (`codegen.phases`): a driver that may run
+            # them one after another would never finish the launch.
+            raise DeviceError(f"bundle {path}: its phase launches need every work-group of a "
+                              f"launch running at once, which {runtime.info.label} does not "
+                              "promise; compile the program for this device")
         self.fallback_reason = problem or _misfit(meta, binary, runtime)
         program = None
         if not self.fallback_reason:

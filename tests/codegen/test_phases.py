@@ -277,3 +277,24 @@ def test_a_call_whose_phase_launch_stopped_is_refused_and_the_next_one_runs():
         exe.run(arrays)
     inner._phase_checks = 1
     close(exe.run(arrays, poison=True)["y"], g.evaluate(**arrays)["y"], rtol=1e-4)
+
+
+@needs_device
+def test_a_bundle_keeps_its_phase_launches_and_a_device_that_cannot_run_them_refuses_it(
+        tmp_path, monkeypatch):
+    import tilec.bundle as bundles
+
+    monkeypatch.setattr(phases, "SMALL_RUN_S", 0.0)  # a launch of every compute unit
+    g, arrays = mlp_graph()
+    exe, _ = run(g, arrays, passes=True, config=Config(device=CPU, use_disk_cache=False,
+                                                       chains=False))
+    inner = exe.executable
+    assert any(k.kind == "phases" for k in inner.kernels)
+    path = tmp_path / "mlp.tlc"
+    bundles.write_bundle(inner, path)
+    loaded = bundles.load(path, config=Config(device=CPU))
+    feed = {**inner._bound, **arrays}  # a bundle takes the weights as inputs
+    close(loaded.run(feed, poison=True)["y"], g.evaluate(**arrays)["y"], rtol=1e-4)
+    monkeypatch.setattr(bundles, "runs_groups_at_once", lambda runtime: False)
+    with pytest.raises(DeviceError, match="phase launches"):
+        bundles.load(path, config=Config(device=CPU))
