@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
@@ -25,7 +26,7 @@ from .codegen.generate import (
 from .codegen.phases import GRID_SYNC, SYNC_INTS, fuse_phases
 from .codegen.siblings import merge_siblings, settled
 from .config import Config
-from .errors import Source, TileError
+from .errors import BuildError, Source, TileError, TileWarning
 from .lang import ir
 from .lang.api import check_program
 from .lang.check import normalize_dtype
@@ -327,12 +328,24 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
             sources = merge_siblings(sources, program.inputs, constants,
                                      {st.root for st in plan.storage.values()}
                                      - {h.root for h in plan.halos})
+        apart = sources
         if constants is not None and _phases(config, model, runtime):
             sources = fuse_phases(sources, settled(sources, program.inputs, constants),
                                   functools.partial(_digest, tensors=plan.program.tensors),
                                   model, runtime.compute_units)
-        exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
-                         searches=searches, tuned=tuned, workers=workers)
+        try:
+            exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
+                             searches=searches, tuned=tuned, workers=workers)
+        except BuildError as e:
+            if sources is apart:
+                raise
+            # The driver refused a phase launch's text: each kernel runs as generated, in a
+            # launch of its own, and the user is told why.
+            warnings.warn(f"{e}; the kernels run as separate launches instead of phase "
+                          "launches", TileWarning, stacklevel=2)
+            sources = apart
+            exe = Executable(program, plan, sources, runtime, model, config, validate=validate,
+                             searches=searches, tuned=tuned)
         workers = None
         exe.splits = splits
         step(progress, f"built {len(set(exe.entries.values()))} distinct kernels")

@@ -298,3 +298,23 @@ def test_a_bundle_keeps_its_phase_launches_and_a_device_that_cannot_run_them_ref
     monkeypatch.setattr(bundles, "runs_groups_at_once", lambda runtime: False)
     with pytest.raises(DeviceError, match="phase launches"):
         bundles.load(path, config=Config(device=CPU))
+
+
+@needs_device
+def test_a_phase_launch_the_driver_refuses_falls_back_to_separate_launches(monkeypatch):
+    import tilec.compiler as compiler
+    from tilec.errors import TileWarning
+
+    real = compiler.fuse_phases
+
+    def broken(*args, **kwargs):  # a phase launch whose text the driver cannot build
+        return [replace(s, text=s.text + "\n#error a broken phase launch\n")
+                if s.kind == "phases" else s for s in real(*args, **kwargs)]
+
+    monkeypatch.setattr(compiler, "fuse_phases", broken)
+    g, arrays = mlp_graph()
+    with pytest.warns(TileWarning, match="separate launches"):
+        exe, outs = run(g, arrays, passes=True,
+                        config=Config(device=CPU, use_disk_cache=False, chains=False))
+    close(outs["y"], g.evaluate(**arrays)["y"], rtol=1e-4)
+    assert not any(k.kind == "phases" for k in exe.executable.kernels)
