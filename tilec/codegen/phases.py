@@ -5,10 +5,10 @@ command's event is completed, the next command is submitted and every pool threa
 to take work-groups.  A 16-core Xeon with PoCL 5.0 pays 45-95 us a launch and 27 us between
 launches in a stream; squeezenet1_1's 22 launches cost it more than their arithmetic, and a
 2-core Zen 4 with PoCL 3.1 pays 11-16 us a launch.  Here a run of consecutive kernels becomes
-one launch of one work-group per compute unit: the work-groups deal out the first kernel's
-work-groups among themselves (blocks of `CHUNK` at most, side by side), then all meet at a barrier
-across the launch (`tilec_grid_sync`, an atomic counter and a generation word in a small
-buffer of their own), and go on to the next kernel.  The pool's threads stay awake from the
+one launch of one work-group per compute unit: the work-groups take the first kernel's
+work-groups in blocks from a shared counter (`CHUNK`), then all meet at a barrier across the
+launch (`tilec_grid_sync`, an atomic counter and a generation word in a small buffer of their
+own), and go on to the next kernel.  The pool's threads stay awake from the
 first kernel to the last, and the host makes one launch where it made dozens.  Kernels one
 core does in a few microseconds (`SERIAL_PHASE_S`: an LSTM's steps, a squeeze-excitation's
 products) run on the first work-group alone, one after another, with one barrier after the
@@ -35,7 +35,9 @@ order, none settled by the constants alone (those run once, at bind).  Each memb
 generated but for its `__kernel` line (an ordinary function with its unit as a last
 parameter) and its work-item queries along axis 0 (that parameter, and its own count);
 members whose text is the same but for tensor names are written once and called with their
-own arguments (`digest`: the runtime's canonical text, `runtime.share`)."""
+own arguments (`digest`: the runtime's canonical text, `runtime.share`).  Where the driver
+refuses to build a phase launch, the compile runs the kernels as separate launches and says
+so (`compiler.compile`)."""
 
 from __future__ import annotations
 
