@@ -318,3 +318,49 @@ def test_a_phase_launch_the_driver_refuses_falls_back_to_separate_launches(monke
                         config=Config(device=CPU, use_disk_cache=False, chains=False))
     close(outs["y"], g.evaluate(**arrays)["y"], rtol=1e-4)
     assert not any(k.kind == "phases" for k in exe.executable.kernels)
+
+
+_CONCURRENT = """
+import sys, threading
+import numpy as np
+sys.path[:0] = [{root!r}]
+from tests.codegen.test_phases import mlp_graph
+from tests.graph_refs import close
+from tilec.config import Config
+from tilec.codegen import phases
+phases.SMALL_RUN_S = 0.0
+label = {label!r}
+g, arrays = mlp_graph()
+want = g.evaluate(**arrays)["y"]
+# Two runtimes (two contexts and queues) on one device: their launches may overlap.
+exes = [g.compile(passes=True, config=Config(device=spec, use_disk_cache=False, chains=False))
+        for spec in (label, label.upper())]
+assert all(any(k.kind == "phases" for k in e.executable.kernels) for e in exes)
+errors = []
+def calls(exe):
+    try:
+        for _ in range(30):
+            close(exe.run(arrays, poison=True)["y"], want, rtol=1e-4)
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=calls, args=(e,)) for e in exes]
+for t in threads: t.start()
+for t in threads: t.join()
+print("errors", errors)
+sys.exit(1 if errors else 0)
+"""
+
+
+@needs_device
+def test_phase_launches_of_two_queues_at_once_finish_and_agree():
+    # In a child process with a time limit: a launch whose work-groups wait for threads another
+    # launch holds would never end.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = _CONCURRENT.format(root=root, label=CPU)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=240, cwd=root)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
