@@ -308,9 +308,10 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
             # A model written for a bigger device: plan no more threads than this one takes.
             config = replace(config, threads=_floor_pow2(runtime.max_wg))
         tuned = _lookup_records(plan, model, config, runtime, records)
+        phased = constants is not None and _phases(config, model, runtime)
         # Where the call's kernels become phase launches, small kernels run there (on the
         # first work-group, `codegen.phases`) without a chain's launch of their own.
-        if config.chains and not (constants is not None and _phases(config, model, runtime)):
+        if config.chains and not phased:
             plan = chain_kernels(plan, model, loops=config.chain_loops)
     except BaseException:
         if workers is not None:
@@ -329,7 +330,7 @@ def compile(source: str | Source, shapes: Mapping[str, Sequence[int]] | None = N
                                      {st.root for st in plan.storage.values()}
                                      - {h.root for h in plan.halos})
         apart = sources
-        if constants is not None and _phases(config, model, runtime):
+        if phased:
             sources = fuse_phases(sources, settled(sources, program.inputs, constants),
                                   functools.partial(_digest, tensors=plan.program.tensors),
                                   model, runtime.compute_units)

@@ -190,7 +190,8 @@ def test_work_groups_see_what_the_others_wrote_in_the_phase_before(serial):
     bufs = _args(rt, cl, x, n)
     kernel_.set_args(*[bufs[a.tensor] for a in f.args])
     for _ in range(20):  # every call a race the barrier must win
-        cl.enqueue_fill_buffer(rt.queue, bufs["w"], np.float32(np.nan), 0, 4 * n)
+        for t in ("y", "z", "w"):  # poisoned each call: no earlier call's values to read
+            cl.enqueue_fill_buffer(rt.queue, bufs[t], np.float32(np.nan), 0, 4 * n)
         cl.enqueue_nd_range_kernel(rt.queue, kernel_, (rt.compute_units,), (1,))
         got = np.empty(n, np.float32)
         cl.enqueue_copy(rt.queue, got, bufs["w"])

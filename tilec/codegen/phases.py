@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from ..plan.hw import HwModel
 from .kernel_text import KernelArg, KernelSource
-from .siblings import _ARG_NAME, _SIGNATURE
+from .siblings import _ARG_NAME, _SIGNATURE, with_queries
 
 # The sync buffer's name among a phase launch's arguments (no tensor is named so: tensor
 # names come from the program, whose identifiers cannot start with "tilec:").
@@ -83,7 +83,6 @@ MAX_ARGS = 120
 
 # What a work-item of a larger work-group may ask that a phase's unit cannot answer.
 _GROUP_QUERIES = re.compile(r"\bget_(group_id|local_id|num_groups|local_size)\s*\(")
-_QUERIES = ("get_group_id", "get_global_id", "get_num_groups", "get_global_size")
 
 SYNC_TEXT = """\
 #ifndef TILEC_GRID_SYNC
@@ -290,8 +289,8 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
                 body.append("        }")
                 continue
             body.append(f"    /* {m.name} */")
-            # Blocks of up to CHUNK work-groups, fewer where the kernel has too few for every
-            # work-group of the launch to get several blocks.
+            # Blocks dealt from the counter: of up to CHUNK work-groups (`tilec_block`), or of
+            # a quarter share of work-items (`tilec_units`).
             size = "tilec_block" if m.local_size == 1 else "tilec_units"
             body.append(f"    for (size_t c = {size}({total}, groups), "
                         f"blk = tilec_next(tilec_sync, c); blk < {total}; "
@@ -333,13 +332,11 @@ def fuse(members: Sequence[KernelSource], digest: Callable[[KernelSource], str],
 
 
 def _in_group(text: str, count: int) -> str:
-    """`text` with its work-item queries along axis 0 those of logical work-group `tilec_g`
-    of `count` (one work-item each)."""
-    subs = {"get_group_id": "tilec_g", "get_global_id": "tilec_g",
-            "get_num_groups": f"((size_t){count})", "get_global_size": f"((size_t){count})"}
-    for q in _QUERIES:
-        text = re.sub(rf"\b{q}\(0\)", subs[q], text)
-    return text
+    """`text` with its work-item queries along axis 0 those of unit `tilec_g` of `count` (a
+    work-group of one work-item, or one work-item)."""
+    return with_queries(text, {"get_group_id": "tilec_g", "get_global_id": "tilec_g",
+                               "get_num_groups": f"((size_t){count})",
+                               "get_global_size": f"((size_t){count})"})
 
 
 def _plain(decl: str) -> str:

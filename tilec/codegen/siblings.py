@@ -169,10 +169,16 @@ def merge(members: Sequence[KernelSource]) -> KernelSource:
 
 def _relative(text: str, first: int, groups: int, local: int) -> str:
     """`text` with its work-item queries along axis 0 relative to its own work-groups."""
-    subs = {"get_group_id": f"((size_t)get_group_id(0) - {first})",
-            "get_global_id": f"((size_t)get_global_id(0) - {first * local})",
-            "get_num_groups": f"((size_t){groups})",
-            "get_global_size": f"((size_t){groups * local})"}
+    return with_queries(text, {"get_group_id": f"((size_t)get_group_id(0) - {first})",
+                               "get_global_id": f"((size_t)get_global_id(0) - {first * local})",
+                               "get_num_groups": f"((size_t){groups})",
+                               "get_global_size": f"((size_t){groups * local})"})
+
+
+def with_queries(text: str, subs: dict[str, str]) -> str:
+    """`text` with each work-item query along axis 0 (`get_group_id(0)`, `get_global_id(0)`,
+    `get_num_groups(0)`, `get_global_size(0)`) replaced by the expression `subs` gives it:
+    how a kernel runs as a part of another launch (`merge`, `phases.fuse`)."""
     for q in _QUERIES:
         text = re.sub(rf"\b{q}\(0\)", subs[q], text)
     return text
@@ -215,4 +221,4 @@ def settled(sources: Sequence[KernelSource], inputs: Collection[str],
 
 
 __all__ = ["LOOKAHEAD", "MAX_MEMBERS", "group_siblings", "independent", "joinable", "merge",
-           "merge_siblings", "settled", "varying_tensors"]
+           "merge_siblings", "settled", "varying_tensors", "with_queries"]

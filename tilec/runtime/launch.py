@@ -4,6 +4,7 @@ poisoned outputs, launches in order with event timing, downloads and validation.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -299,9 +300,7 @@ class Launcher:
         rt = self.runtime
         rounds = []
         phased = any(k.kind == "phases" for k in kernels)
-        if phased:
-            PHASE_LOCK.acquire()
-        try:
+        with PHASE_LOCK if phased else contextlib.nullcontext():
             for r in range(max(1, repeat)):
                 events = []
                 for k in kernels:
@@ -322,9 +321,6 @@ class Launcher:
             if phased and self._phase_checks > 0:
                 self._phase_checks -= 1
                 self._check_phases()
-        finally:
-            if phased:
-                PHASE_LOCK.release()
         return rounds
 
     def _check_phases(self) -> None:
