@@ -385,7 +385,9 @@ def tables(results: list[Result], peer_names: list[str], peaks: dict, flop_unit:
         rows = [r for r in results if r.case.bound == bound]
         if not rows:
             continue
-        peers = [p for p in peer_names if any(p in r.peers for r in rows)]
+        # tilec's own call (`run.BOUND`) is shown with the times, not as a peer.
+        peers = [p for p in peer_names if any(p in r.peers for r in rows)
+                 and not p.startswith("tilec")]
         peak = (f"peak {peaks['flops'] / flop_scale:.3g} {flop_unit}" if bound == "compute"
                 else f"bandwidth {peaks['bytes'] * 1e-9:.0f} GB/s")
         out.append(f"{'Compute-bound' if bound == 'compute' else 'Memory-bound'} kernels, "

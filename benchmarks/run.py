@@ -22,7 +22,10 @@ and measures that kernel again, once they are quiet, when it was more than --qui
 median over the rounds: a VM's slow and fast phases then fall on all of them alike.
 tilec's time is the kernels' OpenCL event time (the model's first-choice tile, no tuning
 records); its wall time per run (launch + wait) is shown beside it.  Peers' times are wall
-times of the call (numpy, onnxruntime) or of the invocation and wait (PlaidML).
+times of the call (numpy, onnxruntime) or of the invocation and wait (PlaidML).  For
+convolutions, "tilec call, weights bound" is the wall time of a whole call of tilec's
+executable with the filter bound once (what onnxruntime's initializer is): the input's upload,
+the launch and the output's download each call.
 
 Prints markdown tables (paste into BENCHMARKS.md), writes the figures as JSON
 (benchmarks/results-cpu.json) and, with matplotlib, the roofline (benchmarks/roofline-cpu.png)."""
@@ -52,7 +55,8 @@ import suite  # noqa: E402
 DEFAULT_PLAIDML_PYTHON = "/tmp/plaidml-venv/bin/python"
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 NUMPY_UNSET = "numpy (OPENBLAS_* unset)"
-PEERS = ["numpy", NUMPY_UNSET, "onnxruntime", "PlaidML"]
+BOUND = "tilec call, weights bound"
+PEERS = [BOUND, "numpy", NUMPY_UNSET, "onnxruntime", "PlaidML"]
 
 
 def copy_bandwidth(mib: int = 512, repeat: int = 10) -> float:
@@ -131,7 +135,12 @@ def measure_case(case, args, config, pl_env, plaidml_python, pl_skip: bool,
         print(f"  tilec: {res.error}", file=sys.stderr)
         return res
     again = {}
-    for name, build in (("numpy", suite.numpy_peer), ("onnxruntime", suite.onnxruntime_peer)):
+    builds = [("numpy", suite.numpy_peer), ("onnxruntime", suite.onnxruntime_peer)]
+    if case.op in suite.WEIGHTS:
+        # What a model's call does: the filter bound once (as onnxruntime's initializer is),
+        # the input uploaded and the output read back each call; timed as the peers are.
+        builds.insert(0, (BOUND, lambda c, a: suite.tilec_bound_peer(c, a, config)))
+    for name, build in builds:
         keep: dict = {}
         entry = harness.run_peer(build, case, arrays, ref, exe, args.repeat, args.budget,
                                  keep=keep)
