@@ -218,7 +218,10 @@ def tilec_bound_peer(case: Case, arrays: dict, config):
         return None
     exe = tilec.compile(case.source, case.shapes, config=config, constants=(w,))
     exe.bind({w: arrays[w]})
-    given = {n: a for n, a in arrays.items() if n != w}
+    # In memory aligned as a buffer is, as a caller that wants no copy gives it.
+    given = {n: tilec.aligned_empty(a.shape, a.dtype) for n, a in arrays.items() if n != w}
+    for n, a in given.items():
+        a[...] = arrays[n]
     exe.run(given, poison=True)  # a kernel that missed an element leaves NaN for the check
     return (lambda: exe.run(given)[case.output]), (lambda out: out)
 

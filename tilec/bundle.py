@@ -240,7 +240,7 @@ class BundledExecutable(Launcher):
         halos = [Halo(n, b["halo"]["tensor"], tuple(b["halo"]["lo"]), tuple(b["halo"]["hi"]),
                       float(b["halo"]["fill"])) for n, b in self.buffers.items() if "halo" in b]
         self._setup(runtime, tuple(m["inputs"]), tuple(m["outputs"]), specs, kernels,
-                    cl_kernels, None, validate, halos=halos)
+                    cl_kernels, None, validate, halos=halos, host_io=config.host_io)
 
     def _launch_size(self, k: Mapping[str, Any]) -> tuple[int, int | None]:
         g = int(k["global_size"][0])

@@ -132,7 +132,7 @@ class Executable(Launcher):
         self._setup(runtime, program.inputs, program.outputs, specs, kernels, cl_kernels,
                     memory, validate,
                     replan=lambda more: plan_memory(steps, sizes, keep | more),
-                    halos=plan.halos)
+                    halos=plan.halos, host_io=config.host_io)
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
                 views: bool = False) -> dict[str, np.ndarray]:

@@ -76,6 +76,11 @@ class Config:
     # (`codegen.phases`): the driver's 10-90 us a launch paid once; no chains are made there
     # (small kernels run on the launch's first work-group).  False: a kernel a launch.
     phase_launches: bool = True
+    # On a CPU device (whose buffers are host memory): a call's outputs are new arrays the
+    # kernels write in place, and inputs aligned as the driver aligns its buffers (64-128
+    # bytes; `tilec.aligned_empty` makes such arrays) are read where they are, instead of
+    # copies into and out of the executable's buffers.  False: copies.
+    host_io: bool = True
     # CPU contractions: the last, partial tile along one output index (a 7-wide row in tiles
     # of 4) runs a register tile as wide as the range's rest, with code of its own
     # (`codegen.edge`); False: it moves back and repeats points, one copy of the loops less.

@@ -292,6 +292,12 @@ class Runtime:
         probed = probe_result(device)
         self.vector_limit = probed.vector_limit if probed.problem is None else None
         self.driver_caches_builds = _driver_caches_builds(device)
+        # A CPU device's buffers are host memory: a buffer made over the caller's array
+        # (CL_MEM_USE_HOST_PTR) is read and written in place, no copy (`host_buffer`).
+        self.shares_host_memory = self.info.kind == "cpu" and _host_unified(device)
+        # A buffer's start as the driver aligns its own (MEM_BASE_ADDR_ALIGN, in bits): the
+        # generated kernels' vector reads may assume it of any buffer they are given.
+        self.base_align = max(64, int(device.mem_base_addr_align) // 8)
         self._caches: dict[tuple, ProgramCache] = {}
         self._caches_lock = threading.Lock()
         self.cache = self.cache_for(None)
@@ -443,6 +449,15 @@ class Runtime:
     def finish(self) -> None:
         self.queue.finish()
         self._pending.clear()  # unwaited copies' events (dropping one waits for its copy)
+
+
+def _host_unified(device) -> bool:
+    """Whether the device reports memory shared with the host (OpenCL 1.x's query, which
+    OpenCL 3 drivers still answer; one that does not is taken as not)."""
+    try:
+        return bool(device.host_unified_memory)
+    except Exception:  # noqa: BLE001 - a driver without the query: copies, as before
+        return False
 
 
 def _driver_caches_builds(device) -> bool:

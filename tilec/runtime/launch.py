@@ -17,6 +17,7 @@ from ..config import Config
 from ..errors import DeviceError, TileError, ValidationError
 from ..lang import ir
 from ..plan.halo import Halo
+from . import host_io
 from .device import Runtime, event_seconds
 from .memory import MemoryPlan
 from .transpose import contiguous
@@ -93,7 +94,7 @@ class Launcher:
                specs: Mapping[str, BufferSpec], kernels: list[KernelInfo], cl_kernels: dict,
                memory: MemoryPlan | None, validate: bool,
                replan: Callable[[set[str]], MemoryPlan] | None = None,
-               halos: Iterable[Halo] = ()) -> None:
+               halos: Iterable[Halo] = (), host_io: bool = False) -> None:
         runtime.check_sizes({n: s.nbytes for n, s in specs.items()})
         self.runtime = runtime
         self.inputs, self.outputs = inputs, outputs
@@ -123,6 +124,20 @@ class Launcher:
         # buffer is made, and again after poisoning.  They keep their own buffers.
         self.halos = {h.root: h for h in halos}
         self._phase_checks = PHASE_CHECKS
+        # In-place inputs and outputs (`Config.host_io`): on a device whose buffers are host
+        # memory, a call's aligned inputs and its outputs are buffers over the arrays
+        # themselves, made for the call (`_call_buffers`), instead of copies into and out of
+        # the executable's own.  `_io_args`: each kernel's argument positions that such a
+        # buffer may take, set again before every call's first launch of the kernel.
+        self._host_io = host_io and runtime.shares_host_memory
+        self._call_buffers: dict[str, object] = {}
+        written = {t for k in kernels for t in k.writes}
+        io = {n for n in (*inputs, *outputs) if n in self.specs and n not in self.halos
+              and n != GRID_SYNC and not (n in inputs and n in written)} \
+            if self._host_io else set()
+        self._io = io
+        self._io_args = {k.name: tuple((i, a) for i, a in enumerate(k.args) if a in io)
+                         for k in kernels if io & set(k.args)}
         assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
@@ -141,6 +156,9 @@ class Launcher:
         """Called before `kernels` are launched (a subclass may build ahead)."""
 
     def _buffer(self, name: str):
+        own = self._call_buffers.get(name)
+        if own is not None:
+            return own
         slot = self._slot(name)
         key: object = name if slot is None else ("pool", slot)
         if key not in self._buffers:
@@ -245,8 +263,10 @@ class Launcher:
             raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
         # A call's copies ride in the queue with its kernels, not as blocking commands of
         # their own: each wait for a blocking copy is a round trip to the driver's threads.
+        direct = self._in_place(given)
         for name, arr in given.items():
-            rt.upload(self._buffer(name), arr, wait=False)
+            if name not in direct:
+                rt.upload(self._buffer(name), arr, wait=False)
         # A value given for a bound input replaces the binding (its buffer holds it now), and
         # a call that gives one the bound kernels read runs them again.
         self._bound.update({n: a for n, a in given.items() if n in self._bound})
@@ -255,11 +275,14 @@ class Launcher:
         if not skip:
             self._send_bound()  # the bound kernels run on the device now, reading them all
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
+        direct.update(self._out_in_place(kept))
+        self._call_buffers = {n: host_io.host_buffer(rt, a) for n, a in direct.items()}
         if poison:
             for name in self.specs:
                 if name not in self.inputs and name not in kept and name != GRID_SYNC:
                     self._poison(name)
         outs: dict[str, np.ndarray] = {}
+        maps = []
 
         def download() -> None:
             for name in self.outputs:
@@ -267,12 +290,23 @@ class Launcher:
                     outs[name] = prepared[name].copy()
                     continue
                 s = self.specs[name]
-                outs[name] = rt.download(self._buffer(name), s.shape,
-                                         np.uint8 if s.dtype == "bool" else NP[s.dtype],
-                                         wait=False)
+                dtype = np.uint8 if s.dtype == "bool" else NP[s.dtype]
+                if name in self._call_buffers and name not in given:
+                    outs[name] = direct[name]  # the kernels wrote it
+                    if not host_io.maps_in_place(rt):  # a driver that may keep a copy
+                        maps.append(host_io.map_read(rt, self._call_buffers[name], s.shape,
+                                                     dtype))
+                    continue
+                outs[name] = rt.download(self._buffer(name), s.shape, dtype, wait=False)
 
-        self._last_events = self._launch([k for k in self.kernels if k.name not in skip],
-                                         repeat, download)
+        try:
+            self._last_events = self._launch([k for k in self.kernels if k.name not in skip],
+                                             repeat, download)
+        finally:
+            for m in maps:
+                host_io.unmap(rt, m)
+            # The call's buffers go with it; the kernels' arguments are set again next call.
+            self._call_buffers = {}
         self._last_times = None
         for name in self.outputs:
             if name in self.specs and self.specs[name].dtype == "bool":
@@ -307,6 +341,10 @@ class Launcher:
                     fresh = k.name not in self._args_set
                     if fresh:
                         self._args_set[k.name] = [self._buffer(a) for a in k.args]
+                    elif r == 0 and k.name in self._io_args:
+                        kernel = self._kernels[k.name]
+                        for i, a in self._io_args[k.name]:
+                            kernel.set_arg(i, self._buffer(a))
                     # A phase launch: one work-group a compute unit the driver has now.
                     size = min(k.global_size, rt.compute_units) if k.kind == "phases" \
                         else k.global_size
@@ -314,6 +352,9 @@ class Launcher:
                                                      k.local_size,
                                                      self._args_set[k.name] if fresh
                                                      else None)))
+                    if fresh and self._call_buffers:
+                        # Kept as the marker only: the list would keep a call's arrays alive.
+                        self._args_set[k.name] = []
                 if then is not None and r == max(1, repeat) - 1:
                     then()
                 rt.finish()
@@ -334,6 +375,30 @@ class Launcher:
             raise DeviceError(f"{self.runtime.info.label} did not run the work-groups of a "
                               "phase launch at once, and it stopped; compile with "
                               "Config(phase_launches=False) for this device")
+
+    def _in_place(self, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The given inputs that kernels may read where they are (`_host_io`): aligned as
+        the driver aligns a buffer, and neither bound nor pooled."""
+        if not self._host_io:
+            return {}
+        return {n: a for n, a in given.items()
+                if n in self._io and n not in self._bound and self._slot(n) is None
+                and host_io.in_place(a, self.runtime)}
+
+    def _out_in_place(self, kept: set[str]) -> dict[str, np.ndarray]:
+        """New aligned arrays for the outputs the kernels of this call write in place: not
+        those a bound kernel wrote once (`kept`), nor an input, a pooled or a halo buffer."""
+        if not self._host_io:
+            return {}
+        out = {}
+        for n in self.outputs:
+            s = self.specs.get(n)
+            if s is None or n not in self._io or n in kept or n in self.inputs or \
+                    self._slot(n) is not None or not s.nbytes:
+                continue
+            out[n] = host_io.aligned_empty(s.shape, np.uint8 if s.dtype == "bool"
+                                           else NP[s.dtype], self.runtime.base_align)
+        return out
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
                 views: bool = False) -> dict[str, np.ndarray]:
