@@ -45,12 +45,13 @@ def in_place(array: np.ndarray, runtime: Any) -> bool:
         address(array) % runtime.base_align == 0
 
 
-def host_buffer(runtime: Any, array: np.ndarray) -> Any:
-    """A buffer whose memory is `array`'s (C-contiguous, not empty)."""
+def host_buffer(runtime: Any, array: np.ndarray, read_only: bool = False) -> Any:
+    """A buffer whose memory is `array`'s (C-contiguous, not empty); `read_only` for an
+    input no kernel writes (the caller's array may be read-only)."""
     cl = runtime.cl
+    access = cl.mem_flags.READ_ONLY if read_only else cl.mem_flags.READ_WRITE
     try:
-        return cl.Buffer(runtime.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
-                         hostbuf=array)
+        return cl.Buffer(runtime.context, access | cl.mem_flags.USE_HOST_PTR, hostbuf=array)
     except cl.Error as e:
         raise DeviceError(f"cannot make a buffer over a {array.nbytes}-byte array on "
                           f"{runtime.info.label}: {e}") from None

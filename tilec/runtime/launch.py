@@ -276,7 +276,8 @@ class Launcher:
             self._send_bound()  # the bound kernels run on the device now, reading them all
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
         direct.update(self._out_in_place(kept))
-        self._call_buffers = {n: host_io.host_buffer(rt, a) for n, a in direct.items()}
+        self._call_buffers = {n: host_io.host_buffer(rt, a, read_only=n in given)
+                              for n, a in direct.items()}
         if poison:
             for name in self.specs:
                 if name not in self.inputs and name not in kept and name != GRID_SYNC:
