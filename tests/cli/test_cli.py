@@ -149,12 +149,20 @@ def test_syntax_error_is_reported_with_its_place(capsys, tmp_path):
         assert "\n      O = A +;\n" in err and "\n             ^\n" in err
 
 
+def test_a_shape_given_replaces_the_comments_and_the_others_stay(capsys, matmul):
+    assert main(["check", str(matmul), "--shape", "A=7x5"]) == 0
+    rows = table(capsys.readouterr().out)
+    assert rows["A"][0] == "7x5" and rows["B"][0] == "5x2" and rows["C"][0] == "7x2"
+
+
 def test_check_error_is_reported_with_its_place(capsys, matmul):
     err = run_error(capsys, ["check", str(matmul), "--shape", "A=3x5", "--shape", "B=4x2"])
     assert err.startswith(f"error: {matmul}:2:22: size symbol K is 5 from dimension 1 of 'A' "
                           "but 4 from dimension 0 of 'B'")
-    err = run_error(capsys, ["check", str(matmul), "--shape", "A=3x5"])
-    assert err.startswith(f"error: {matmul}:2:20: no shape given for input 'B'")
+    bare = matmul.with_name("bare.tile")  # no shapes comment to fall back on
+    bare.write_text(MATMUL.split("\n", 1)[1])
+    err = run_error(capsys, ["check", str(bare), "--shape", "A=3x5"])
+    assert err.startswith(f"error: {bare}:1:20: no shape given for input 'B'")
     err = run_error(capsys, ["check", str(matmul), "--shape", "A=3x5", "--shape", "B=5x2",
                              "--shape", "Z=1"])
     assert err.startswith(f"error: {matmul}:2:1: a shape was given for 'Z'")

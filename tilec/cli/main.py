@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("file", help="a .tile program")
         sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",
-                        help="an input's shape (default: the file's `// shapes:` comment)")
+                        help="an input's shape (the file's `// shapes:` comment gives the others)")
         sp.add_argument("--dtype", default="float32", help="element type of the inputs")
         sp.add_argument("--value", action="append", metavar="NAME=INT",
                         help="a 0-d integer input the program uses as a size (PlaidML's "

@@ -23,8 +23,10 @@ def cache_settings() -> dict[str, Path]:
 
 
 def shapes_from(args: argparse.Namespace, source: Source) -> dict[str, tuple[int, ...]]:
+    """--shape for the inputs it names, the file's `// shapes:` comment for the others (a
+    batch changed on the command line keeps the filter's shape from the comment)."""
     given = dict(parse_shape(s) for s in (args.shape or []))
-    return given if given else default_shapes(source)
+    return {**default_shapes(source), **given}
 
 
 def values_from(args: argparse.Namespace) -> dict[str, int]:

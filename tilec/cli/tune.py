@@ -116,7 +116,7 @@ def register(sub, common) -> None:
                     help="a .tile program, an .onnx model or a .py graph script (several: "
                     "each distinct kernel is tuned once)")
     sp.add_argument("--shape", action="append", metavar="NAME=AxBxC",
-                    help="an input's shape (default: the file's `// shapes:` comment)")
+                    help="an input's shape (the file's `// shapes:` comment gives the others)")
     sp.add_argument("--dtype", default="float32", help="element type of a .tile's inputs")
     add_device_options(sp)
     sp.add_argument("--top-k", type=int, default=8, help="tiles per contraction (default 8)")
