@@ -130,3 +130,28 @@ def test_a_graph_with_constants_an_output_of_constants_alone_and_a_bool_output()
             np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, atol=1e-5)
         assert got["pos"].dtype == np.bool_
         np.testing.assert_array_equal(got["pos"], ref["pos"])
+
+
+@needs_device
+@pytest.mark.skipif(CPU is None, reason="no CPU OpenCL device")
+def test_an_output_let_go_is_written_again_and_one_held_is_left_alone():
+    rng = np.random.default_rng(14)
+    exe = _cpu_exe()
+    if not exe._host_io:
+        pytest.skip("the CPU device does not report memory shared with the host")
+    arrays = _inputs(rng, False)
+    want = arrays["A"] @ arrays["B"]
+    first = exe.run(arrays, poison=True)["C"]
+    where = host_io.address(first)
+    held = first.reshape(-1)[3:]  # a view the caller keeps, the array itself dropped
+    del first
+    second = exe.run(arrays, poison=True)["C"]
+    assert host_io.address(second) != where, "memory a view still shows was written again"
+    np.testing.assert_allclose(held, want.reshape(-1)[3:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(second, want, rtol=1e-5, atol=1e-5)
+    where = host_io.address(second)
+    del second, held
+    arrays = _inputs(rng, False)
+    third = exe.run(arrays, poison=True)["C"]
+    assert host_io.address(third) == where, "memory nobody holds is used again"
+    np.testing.assert_allclose(third, arrays["A"] @ arrays["B"], rtol=1e-5, atol=1e-5)

@@ -15,6 +15,7 @@ OpenCL promises the host's view of such a buffer only through a map."""
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -94,3 +95,32 @@ def map_read(runtime: Any, buf: Any, shape: tuple[int, ...], dtype) -> Any:
 def unmap(runtime: Any, mapped: Any) -> None:
     """Queue the unmap of a `map_read` (done by the next `finish`)."""
     runtime._pending.append(mapped.base.release(runtime.queue))
+
+
+class OutputArrays:
+    """The arrays a call's outputs are written into, by output name.  An array a caller has
+    let go of (no array of theirs is a view of its memory any more) is written again by the
+    next call, with the buffer made over it: no new memory for the kernels to fault in and
+    no new buffer for the driver; one still held is left alone and a new one made."""
+
+    def __init__(self, runtime: Any):
+        self.runtime = runtime
+        self._held: dict[str, tuple[np.ndarray, Any]] = {}  # name -> (memory, its buffer)
+        self._alone: dict[str, int] = {}  # references to the memory when nobody else's
+
+    def take(self, name: str, shape: tuple[int, ...], dtype) -> tuple[np.ndarray, Any]:
+        """A new array for output `name` and the buffer whose memory it is."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if name not in self._held or self._refs(name) != self._alone[name] or \
+                self._held[name][0].nbytes != nbytes:
+            memory = aligned_empty((nbytes,), np.uint8, self.runtime.base_align)
+            self._held[name] = (memory, host_buffer(self.runtime, memory))
+            del memory
+            self._alone[name] = self._refs(name)
+        # A view: every view of it (numpy makes a view's base the memory's owner) counts.
+        return self._held[name][0].view(dtype).reshape(shape), self._held[name][1]
+
+    def _refs(self, name: str) -> int:
+        # Views of the memory name its owner (the unaligned block `aligned_empty` cut it
+        # from) as their base: the owner's references count the caller's arrays.
+        return sys.getrefcount(self._held[name][0].base)

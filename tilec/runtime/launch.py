@@ -19,6 +19,7 @@ from ..lang import ir
 from ..plan.halo import Halo
 from . import host_io
 from .device import Runtime, event_seconds
+from .host_io import OutputArrays
 from .memory import MemoryPlan
 from .transpose import contiguous
 
@@ -131,6 +132,8 @@ class Launcher:
         # buffer may take, set again before every call's first launch of the kernel.
         self._host_io = host_io and runtime.shares_host_memory
         self._call_buffers: dict[str, object] = {}
+        self._staged: dict[str, np.ndarray] = {}  # inputs' own host buffers' arrays
+        self._outputs = OutputArrays(runtime)
         written = {t for k in kernels for t in k.writes}
         io = {n for n in (*inputs, *outputs) if n in self.specs and n not in self.halos
               and n != GRID_SYNC and not (n in inputs and n in written)} \
@@ -162,6 +165,15 @@ class Launcher:
         slot = self._slot(name)
         key: object = name if slot is None else ("pool", slot)
         if key not in self._buffers:
+            if self._stages(name):
+                # A host buffer over an array of our own: a call's input is copied into it by
+                # numpy, no command for the driver's threads (`_upload`).
+                s = self.specs[name]
+                self._staged[name] = host_io.aligned_empty(
+                    s.shape, np.uint8 if s.dtype == "bool" else NP[s.dtype],
+                    self.runtime.base_align)
+                self._buffers[key] = host_io.host_buffer(self.runtime, self._staged[name])
+                return self._buffers[key]
             self._buffers[key] = self.runtime.buffer(self._buffer_bytes(name))
             if name in self.halos:
                 s = self.specs[name]
@@ -266,7 +278,7 @@ class Launcher:
         direct = self._in_place(given)
         for name, arr in given.items():
             if name not in direct:
-                rt.upload(self._buffer(name), arr, wait=False)
+                self._upload(name, arr)
         # A value given for a bound input replaces the binding (its buffer holds it now), and
         # a call that gives one the bound kernels read runs them again.
         self._bound.update({n: a for n, a in given.items() if n in self._bound})
@@ -275,9 +287,10 @@ class Launcher:
         if not skip:
             self._send_bound()  # the bound kernels run on the device now, reading them all
         kept = {t for k in self.kernels if k.name in skip for t in k.writes}
-        direct.update(self._out_in_place(kept))
-        self._call_buffers = {n: host_io.host_buffer(rt, a, read_only=n in given)
+        self._call_buffers = {n: host_io.host_buffer(rt, a, read_only=True)
                               for n, a in direct.items()}
+        for name, (arr, buf) in self._out_in_place(kept).items():
+            direct[name], self._call_buffers[name] = arr, buf
         if poison:
             for name in self.specs:
                 if name not in self.inputs and name not in kept and name != GRID_SYNC:
@@ -377,6 +390,22 @@ class Launcher:
                               "phase launch at once, and it stopped; compile with "
                               "Config(phase_launches=False) for this device")
 
+    def _stages(self, name: str) -> bool:
+        """Whether `name`'s own buffer is a host buffer over an array of ours (`_staged`): an
+        input that may be read in place, on a driver for which such a buffer is the array."""
+        return (self._host_io and name in self._io and name in self.inputs
+                and self._slot(name) is None and host_io.maps_in_place(self.runtime))
+
+    def _upload(self, name: str, arr: np.ndarray) -> None:
+        """A call's input into its own buffer: by numpy into a staged one (the previous
+        call's kernels have finished with it), else a copy queued before the kernels."""
+        buf = self._buffer(name)
+        staged = self._staged.get(name)
+        if staged is not None:
+            np.copyto(staged, arr.reshape(staged.shape), casting="no")
+        else:
+            self.runtime.upload(buf, arr, wait=False)
+
     def _in_place(self, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The given inputs that kernels may read where they are (`_host_io`): aligned as
         the driver aligns a buffer, and neither bound nor pooled."""
@@ -386,9 +415,10 @@ class Launcher:
                 if n in self._io and n not in self._bound and self._slot(n) is None
                 and host_io.in_place(a, self.runtime)}
 
-    def _out_in_place(self, kept: set[str]) -> dict[str, np.ndarray]:
-        """New aligned arrays for the outputs the kernels of this call write in place: not
-        those a bound kernel wrote once (`kept`), nor an input, a pooled or a halo buffer."""
+    def _out_in_place(self, kept: set[str]) -> dict[str, tuple[np.ndarray, object]]:
+        """Arrays (and their buffers) for the outputs the kernels of this call write in
+        place (`host_io.OutputArrays`): not those a bound kernel wrote once (`kept`), nor an
+        input, a pooled or a halo buffer."""
         if not self._host_io:
             return {}
         out = {}
@@ -397,8 +427,8 @@ class Launcher:
             if s is None or n not in self._io or n in kept or n in self.inputs or \
                     self._slot(n) is not None or not s.nbytes:
                 continue
-            out[n] = host_io.aligned_empty(s.shape, np.uint8 if s.dtype == "bool"
-                                           else NP[s.dtype], self.runtime.base_align)
+            out[n] = self._outputs.take(n, s.shape, np.uint8 if s.dtype == "bool"
+                                        else NP[s.dtype])
         return out
 
     def _inputs(self, arrays: Mapping[str, np.ndarray], *, partial: bool = False,
