@@ -32,7 +32,7 @@ from suite import Case  # noqa: E402
 
 from tilec.config import Config  # noqa: E402
 from tilec.lang.reference import random_array  # noqa: E402
-from tilec.runtime.launch import compare  # noqa: E402
+from tilec.runtime.validate import compare  # noqa: E402
 
 
 def output_paths(args, suite: str, here: Path) -> tuple[Path, Path]:

@@ -18,7 +18,7 @@ from tilec.config import Config
 from tilec.errors import TileCheckError, TileError
 from tilec.lang.reference import evaluate_program, random_array
 from tilec.plan.fuse import plan_kernels
-from tilec.runtime.launch import compare
+from tilec.runtime.validate import compare
 
 from .device import needs_device
 from .progen import CHOICE_SALT, TALLY, RandomPicker, choose, contraction_program

@@ -40,7 +40,8 @@ from .config import Config
 from .errors import DeviceError, TileError
 from .plan.halo import Halo
 from .runtime.device import DeviceInfo, Runtime, runs_groups_at_once
-from .runtime.launch import BufferSpec, KernelInfo, Launcher, Validation, compare
+from .runtime.launch import BufferSpec, KernelInfo, Launcher
+from .runtime.validate import Validation, compare
 from .tune.records import TuneRecord
 
 FORMAT = "tilec-bundle"

@@ -49,8 +49,6 @@ from .runtime.launch import (
     BufferSpec,
     KernelInfo,
     Launcher,
-    Validation,
-    compare,
     itemsize,
 )
 from .runtime.memory import plan_memory
@@ -64,6 +62,7 @@ from .runtime.prebuild import (
 from .runtime.progress import Progress, step
 from .runtime.registers import register_counter
 from .runtime.share import SharedKernels, canonical, share_kernels
+from .runtime.validate import Validation, compare
 from .tune.records import TuneRecord
 
 

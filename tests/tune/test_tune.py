@@ -356,7 +356,7 @@ def test_quick_tolerance_passes_nothing_that_compare_fails():
     reference; whatever passes it must pass `compare` too (a miss goes to `compare`)."""
     from types import SimpleNamespace
 
-    from tilec.runtime.launch import compare
+    from tilec.runtime.validate import compare
 
     rng = np.random.default_rng(3)
     ref = (rng.standard_normal(150) * 10.0 ** rng.integers(-6, 6, 150)).astype(np.float32)

@@ -58,7 +58,7 @@ def _passes(args: argparse.Namespace) -> list[str] | None:
 def cmd_graph(args: argparse.Namespace) -> int:
     from ..graph.builder import GraphExecutable
     from ..graph.passes import trace
-    from ..runtime.launch import compare
+    from ..runtime.validate import compare
     from .options import make_config
 
     shapes, given = _inputs(args)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen.phases import ABORT_INDEX, GRID_SYNC, SYNC_INTS
-from ..config import Config
 from ..errors import DeviceError, TileError, ValidationError
 from ..lang import ir
 from ..plan.halo import Halo
@@ -22,6 +21,7 @@ from .device import Runtime, event_seconds
 from .host_io import OutputArrays
 from .memory import MemoryPlan
 from .transpose import contiguous
+from .validate import Validation
 
 NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "bool": np.bool_,
       "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
@@ -55,14 +55,6 @@ class KernelInfo:
     flops: int
     args: tuple[str, ...]
     writes: tuple[str, ...] = ()  # the args it writes (the others it only reads)
-
-
-@dataclass
-class Validation:
-    max_abs_error: float
-    max_rel_error: float
-    ok: bool
-    worst: str = ""
 
 
 @dataclass(frozen=True)
@@ -492,38 +484,3 @@ def hoistable(kernels: list[KernelInfo], bound: set[str]) -> tuple[set[str], set
         chosen = keep
     deps = {t for k in kernels if k.name in chosen for t in k.args if t in bound}
     return chosen, deps
-
-
-def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], program: ir.Program,
-            config: Config) -> Validation:
-    worst_abs, worst_rel, ok, worst = 0.0, 0.0, True, ""
-    for name, r in ref.items():
-        g = got[name]
-        dt = program.tensors[name].dtype
-        if dt not in ir.FLOAT_DTYPES:
-            bad = np.asarray(r != g)
-            if bad.any():
-                ok = False
-                worst = f"{name}: {int(bad.sum())} of {bad.size} elements differ"
-            continue
-        r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
-        scale = float(np.max(np.abs(r64[np.isfinite(r64)]), initial=1.0))
-        rtol = config.rtol * (10 if dt == "float16" else 1)
-        atol = config.atol * max(1.0, scale) * (10 if dt == "float16" else 1)
-        err = np.abs(r64 - g64)
-        same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))
-        err = np.where(same, 0.0, err)
-        # NaN where the reference has NaN (0/0 of a fully masked softmax row) agrees; the
-        # tolerance itself would be NaN there.
-        bad = ~same & ~(err <= atol + rtol * np.abs(r64))
-        if err.size:
-            worst_abs = max(worst_abs, float(np.nanmax(np.where(np.isnan(err), np.inf, err))))
-            rel = err / np.maximum(np.abs(r64), 1e-30)
-            worst_rel = max(worst_rel, float(np.max(np.where(same, 0.0, rel))))
-        if bad.any():
-            ok = False
-            idx = np.unravel_index(int(np.argmax(bad)), r64.shape) if r64.ndim else ()
-            worst = (f"{name}{list(idx)}: expected {r64[idx]:.6g}, got {g64[idx]:.6g} "
-                     f"({int(bad.sum())} of {bad.size} elements outside rtol={rtol:g}, "
-                     f"atol={atol:g})")
-    return Validation(worst_abs, worst_rel, ok, worst)

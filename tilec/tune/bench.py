@@ -16,7 +16,8 @@ from ..config import Config
 from ..errors import DeviceError
 from ..plan.fuse import KernelPlan
 from ..runtime.device import Runtime, event_seconds
-from ..runtime.launch import NP, POISON, compare, itemsize, poisoned_halo
+from ..runtime.launch import NP, POISON, itemsize, poisoned_halo
+from ..runtime.validate import compare
 
 Timer = Callable[["Candidate"], float]
 Progress = Callable[[int, int, str], None]
