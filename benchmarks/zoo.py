@@ -277,7 +277,7 @@ def _alternated(exe, feed: dict, peer, repeat: int, rounds: int) -> tuple[float,
 
 def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: int,
         profile: int = 0, peer_name: str = "torch", chains: bool = True,
-        split_k: bool | int | None = None, rounds: int = 1) -> None:
+        split_k: bool | int | None = None, rounds: int = 1, host_io: bool = True) -> None:
     from host import cpu_model
 
     import tilec.onnx
@@ -303,7 +303,7 @@ def run(folder: Path, names: list[str], batch: int, device: str | None, repeat: 
             data = np.load(folder / f"{name}-b{batch}.npz")
             cache = tempfile.mkdtemp(prefix="tilec-zoo-")
             config = Config(device=device, cache_dir=Path(cache), chains=chains,
-                            split_k=split_k)
+                            split_k=split_k, host_io=host_io)
             t0 = time.perf_counter()
             exe = tilec.onnx.load(str(path), config=config)
             cold = time.perf_counter() - t0
@@ -366,6 +366,9 @@ def main() -> int:
                          "provider (wall times of one call on both sides)")
     ap.add_argument("--no-chains", action="store_true",
                     help="run: one launch a kernel (no chains of small kernels, `plan.chain`)")
+    ap.add_argument("--copies", action="store_true",
+                    help="run: inputs and outputs copied into and out of the executable's "
+                         "buffers (Config.host_io=False)")
     ap.add_argument("--split-k", default="auto", metavar="auto|off|N",
                     help="run: sums split in parts (`plan.splitk`): where predicted faster, "
                          "never, or in N parts")
@@ -379,7 +382,8 @@ def main() -> int:
         fill(args.folder, args.only.split(",") if args.only else None)
     else:
         run(args.folder, names, args.batch, args.device, args.repeat, args.profile, args.peer,
-            chains=not args.no_chains, split_k=split_k, rounds=args.rounds)
+            chains=not args.no_chains, split_k=split_k, rounds=args.rounds,
+            host_io=not args.copies)
     return 0
 
 
