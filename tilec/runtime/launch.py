@@ -130,9 +130,10 @@ class Launcher:
         io = {n for n in (*inputs, *outputs) if n in self.specs and n not in self.halos
               and n != GRID_SYNC and not (n in inputs and n in written)} \
             if self._host_io else set()
-        self._io = io
-        self._io_args = {k.name: tuple((i, a) for i, a in enumerate(k.args) if a in io)
-                         for k in kernels if io & set(k.args)}
+        self._set_io(io)
+        # The buffer each of those positions was set to last (positions over a call's own
+        # input buffer are forgotten after the call: its array is the caller's).
+        self._arg_now: dict[str, dict[int, object]] = {}
         assert not (memory and set(self.halos) & set(memory.slot_of)), "a halo in the pool"
 
     def check(self, inputs: Mapping[str, np.ndarray],
@@ -184,6 +185,11 @@ class Launcher:
             return
         self.runtime.upload(self._buffer(name), poisoned_halo(halo, s.shape, s.dtype))
 
+    def _set_io(self, io: set[str]) -> None:
+        self._io = io
+        self._io_args = {k.name: tuple((i, a) for i, a in enumerate(k.args) if a in io)
+                         for k in self.kernels if io & set(k.args)}
+
     def bind(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Upload inputs that stay the same between calls (weights) once; later calls may
         leave them out.  Kernels that depend on bound inputs alone (a filter copied into
@@ -193,6 +199,9 @@ class Launcher:
         prepared = self._inputs(arrays, partial=True, views=True)
         self._bound.update(prepared)
         self._unsent.update(prepared)
+        # Bound inputs keep their own buffers: no call gives them in place (a model's
+        # weights: dozens of argument positions a call would otherwise set again).
+        self._set_io(self._io - set(self._bound))
         hoisted, deps = hoistable(self.kernels, set(self._bound))
         if not hoisted:
             self._send_bound()
@@ -311,7 +320,13 @@ class Launcher:
         finally:
             for m in maps:
                 host_io.unmap(rt, m)
-            # The call's buffers go with it; the kernels' arguments are set again next call.
+            # The call's input buffers go with it (their arrays are the caller's): the
+            # positions they took are set again next call.
+            for name, positions in self._io_args.items():
+                now = self._arg_now.get(name, {})
+                for i, a in positions:
+                    if a in given and a in self._call_buffers:
+                        now.pop(i, None)
             self._call_buffers = {}
         self._last_times = None
         for name in self.outputs:
@@ -348,9 +363,12 @@ class Launcher:
                     if fresh:
                         self._args_set[k.name] = [self._buffer(a) for a in k.args]
                     elif r == 0 and k.name in self._io_args:
-                        kernel = self._kernels[k.name]
+                        kernel, now = self._kernels[k.name], self._arg_now.setdefault(k.name, {})
                         for i, a in self._io_args[k.name]:
-                            kernel.set_arg(i, self._buffer(a))
+                            buf = self._buffer(a)
+                            if now.get(i) is not buf:
+                                kernel.set_arg(i, buf)
+                                now[i] = buf
                     # A phase launch: one work-group a compute unit the driver has now.
                     size = min(k.global_size, rt.compute_units) if k.kind == "phases" \
                         else k.global_size
@@ -358,6 +376,9 @@ class Launcher:
                                                      k.local_size,
                                                      self._args_set[k.name] if fresh
                                                      else None)))
+                    if fresh and k.name in self._io_args:
+                        set_to = self._args_set[k.name]
+                        self._arg_now[k.name] = {i: set_to[i] for i, _ in self._io_args[k.name]}
                     if fresh and self._call_buffers:
                         # Kept as the marker only: the list would keep a call's arrays alive.
                         self._args_set[k.name] = []
