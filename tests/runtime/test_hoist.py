@@ -7,7 +7,8 @@ import numpy as np
 import tilec
 from tilec.config import Config
 from tilec.graph import ops
-from tilec.runtime.launch import KernelInfo, hoistable
+from tilec.runtime.hoist import hoistable
+from tilec.runtime.launch import KernelInfo
 
 from ..device import needs_device
 

@@ -18,6 +18,7 @@ from ..lang import ir
 from ..plan.halo import Halo
 from . import host_io
 from .device import Runtime, event_seconds
+from .hoist import hoistable
 from .host_io import OutputArrays
 from .memory import MemoryPlan
 from .transpose import contiguous
@@ -481,27 +482,3 @@ def medians(rounds: list[list[tuple[str, object]]]) -> dict[str, float]:
         for name, ev in events:
             times.setdefault(name, []).append(event_seconds(ev))
     return {n: statistics.median(v) for n, v in times.items()}
-
-
-def hoistable(kernels: list[KernelInfo], bound: set[str]) -> tuple[set[str], set[str]]:
-    """The kernels whose results follow from the `bound` inputs alone, so that one run at
-    bind time serves every call, and the bound inputs they read.  A kernel qualifies when
-    every tensor it touches is a bound input no kernel writes, or is written by qualifying
-    kernels only: a tensor that a per-call kernel also writes (an accumulation into it, an
-    update in place) keeps all of its writers per call."""
-    if not bound:
-        return set(), set()
-    writers: dict[str, set[str]] = {}
-    for k in kernels:
-        for t in k.writes:
-            writers.setdefault(t, set()).add(k.name)
-    chosen = {k.name for k in kernels}
-    while True:
-        ready = {t for t in bound if t not in writers} | {
-            t for t, ws in writers.items() if t not in bound and ws <= chosen}
-        keep = {k.name for k in kernels if k.name in chosen and set(k.args) <= ready}
-        if keep == chosen:
-            break
-        chosen = keep
-    deps = {t for k in kernels if k.name in chosen for t in k.args if t in bound}
-    return chosen, deps
