@@ -20,7 +20,7 @@ fixed work-group size, none writing a tensor another of the group reads or write
 together in launch order: a later kernel joins where it may run before the kernels it is
 moved past (`group_siblings`).  Each must read a tensor that changes between calls (derived from
 an input that is not a constant): a kernel of constants alone is settled once when the
-constants are bound (`runtime.launch.hoistable`), which a launch shared with a kernel of the
+constants are bound (`runtime.hoist.hoistable`), which a launch shared with a kernel of the
 call would prevent."""
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def settled(sources: Sequence[KernelSource], inputs: Collection[str],
             constants: Collection[str]) -> set[int]:
     """The kernels (indices) whose results follow from the constants alone: every tensor one
     touches is a constant no kernel writes, or is written by such kernels only (what
-    `runtime.launch.hoistable` runs once at bind)."""
+    `runtime.hoist.hoistable` runs once at bind)."""
     writers: dict[str, set[int]] = {}
     for i, s in enumerate(sources):
         for x in s.args:
