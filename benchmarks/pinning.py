@@ -1,11 +1,12 @@
-"""PoCL's thread pinning (`POCL_AFFINITY=1`) against its default, for whole models: a fresh
-process for each measurement, the two in turn.
+"""PoCL's thread pinning (`POCL_AFFINITY=1`, tilec's default where the variable is unset)
+against PoCL's own placement (`POCL_AFFINITY=0`), for whole models: a fresh process for each
+measurement, the two in turn.
 
     python benchmarks/pinning.py MODEL.onnx... [--device TEXT] [--rounds 4]
 
 Each process loads the model from warm caches (a first process compiles it), makes 10 calls
 (their sum: "first 10 calls"), pauses 0.5 s, then times 60 calls (their median).  Prints per
-model the medians over the processes, the median of the rounds' ratios pinned / unset, and
+model the medians over the processes, the median of the rounds' ratios pinned / PoCL's own, and
 each process's figure.  MODEL.npz beside a model (`zoo.py export`) gives its input."""
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ def child(path: str, device: str | None, cache: str) -> dict:
 
 
 def measure(path: str, device: str | None, cache: str, pinned: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "POCL_AFFINITY"}
-    if pinned:
-        env["POCL_AFFINITY"] = "1"
+    # "0": PoCL's own placement (tilec sets "1" where the variable is unset).
+    env = {**os.environ, "POCL_AFFINITY": "1" if pinned else "0"}
     cmd = [sys.executable, __file__, "--child", path, "--cache", cache]
     if device:
         cmd += ["--device", device]
@@ -72,8 +72,8 @@ def main() -> int:
         print(json.dumps(child(args.models[0], args.device, args.cache)))
         return 0
     cache = tempfile.mkdtemp(prefix="tilec-pinning-")
-    print("| model | unset ms | pinned ms | pinned / unset | first 10 calls unset / pinned ms "
-          "| each process, unset; pinned |")
+    print("| model | PoCL's own ms | pinned ms | pinned / own | first 10 calls own / pinned ms "
+          "| each process, own; pinned |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
     for path in args.models:
         measure(path, args.device, cache, False)  # compiles into the cache

@@ -163,3 +163,25 @@ def test_calls_queue_their_copies_with_their_kernels():
     third = exe.run({"A": a, "B": b})["C"]
     np.testing.assert_allclose(third, first, rtol=0)
     np.testing.assert_allclose(first, a * b + 1, rtol=1e-5, atol=1e-6)  # not overwritten later
+
+
+def test_pocl_threads_are_pinned_only_where_unset_and_every_cpu_is_allowed(monkeypatch):
+    import os
+
+    from tilec.runtime import device
+
+    cpus = os.cpu_count() or 1
+    monkeypatch.delenv("POCL_AFFINITY", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    device._pin_pool_threads()
+    assert os.environ["POCL_AFFINITY"] == "1"
+    # The user's word stands.
+    monkeypatch.setenv("POCL_AFFINITY", "0")
+    device._pin_pool_threads()
+    assert os.environ["POCL_AFFINITY"] == "0"
+    # A process kept off some CPUs: PoCL would pin thread i to CPU i, which it may not use.
+    monkeypatch.delenv("POCL_AFFINITY")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(1, cpus + 1)),
+                        raising=False)
+    device._pin_pool_threads()
+    assert "POCL_AFFINITY" not in os.environ
