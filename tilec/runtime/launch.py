@@ -118,6 +118,8 @@ class Launcher:
         # buffer is made, and again after poisoning.  They keep their own buffers.
         self.halos = {h.root: h for h in halos}
         self._phase_checks = PHASE_CHECKS
+        self._input_order = {n: i for i, n in enumerate(inputs)}
+        self._kept: set[str] = set()  # what the kernels run at bind write (`bind`)
         # In-place inputs and outputs (`Config.host_io`): on a device whose buffers are host
         # memory, a call's aligned inputs and its outputs are buffers over the arrays
         # themselves, made for the call (`_call_buffers`), instead of copies into and out of
@@ -216,6 +218,7 @@ class Launcher:
                              if not (isinstance(k, tuple) and k[0] == "pool")}
             self._args_set.clear()
         self.hoisted, self._hoist_reads = tuple(sorted(hoisted)), deps
+        self._kept = kept  # what they write: a call that skips them keeps it
         # Poisoned first, as a call with `poison` would: an element no kernel writes shows.
         for name in sorted(kept):
             self._poison(name)
@@ -270,8 +273,9 @@ class Launcher:
         `poison` fills every buffer the kernels write with NaN (or a pattern) first."""
         given = self._inputs(arrays, partial=bool(self._bound))
         rt = self.runtime
-        prepared = {**self._bound, **given}
-        missing = [n for n in self.inputs if n not in prepared]
+        covered = len(self._bound) + sum(1 for n in given if n not in self._bound)
+        missing = [n for n in self.inputs if n not in given and n not in self._bound] \
+            if covered < len(self.inputs) else []
         if missing:
             s = self.specs[missing[0]]
             raise TileError(f"no array given for input {missing[0]} (shape {list(s.shape)})")
@@ -288,7 +292,7 @@ class Launcher:
         skip = set(self.hoisted) if not set(given) & self._hoist_reads else set()
         if not skip:
             self._send_bound()  # the bound kernels run on the device now, reading them all
-        kept = {t for k in self.kernels if k.name in skip for t in k.writes}
+        kept = self._kept if skip else set()
         self._call_buffers = {n: host_io.host_buffer(rt, a, read_only=True)
                               for n, a in direct.items()}
         for name, (arr, buf) in self._out_in_place(kept).items():
@@ -303,7 +307,8 @@ class Launcher:
         def download() -> None:
             for name in self.outputs:
                 if name not in self.specs:  # an output that is an input passed straight through
-                    outs[name] = prepared[name].copy()
+                    outs[name] = (given.get(name) if name in given
+                                  else self._bound[name]).copy()
                     continue
                 s = self.specs[name]
                 dtype = np.uint8 if s.dtype == "bool" else NP[s.dtype]
@@ -334,7 +339,7 @@ class Launcher:
             if name in self.specs and self.specs[name].dtype == "bool":
                 outs[name] = outs[name].astype(np.bool_)
         if self.validate:
-            self.last_validation = self.check(prepared, outs)
+            self.last_validation = self.check({**self._bound, **given}, outs)
             if not self.last_validation.ok:
                 raise ValidationError(f"results disagree with the numpy reference: "
                                       f"{self.last_validation.worst}")
@@ -438,7 +443,7 @@ class Launcher:
         out = {}
         for n in self.outputs:
             s = self.specs.get(n)
-            if s is None or n not in self._io or n in kept or n in self.inputs or \
+            if s is None or n not in self._io or n in kept or n in self._input_order or \
                     self._slot(n) is not None or not s.nbytes:
                 continue
             out[n] = self._outputs.take(n, s.shape, np.uint8 if s.dtype == "bool"
@@ -450,11 +455,12 @@ class Launcher:
         """The given arrays checked against the inputs' shapes, in their element types,
         contiguous for upload (`views`: as given where the type is right)."""
         out = {}
-        for name in self.inputs:
+        # A model's call gives one input of a hundred (the others bound): its own, in order.
+        names = self.inputs if not partial else \
+            sorted((n for n in arrays if n in self._input_order), key=self._input_order.get)
+        for name in names:
             s = self.specs[name]
             if name not in arrays:
-                if partial:
-                    continue
                 raise TileError(f"no array given for input {name} (shape {list(s.shape)})")
             a = np.asarray(arrays[name])
             if tuple(a.shape) != tuple(s.shape):
@@ -464,7 +470,7 @@ class Launcher:
             if s.dtype == "bool":
                 a = a.astype(np.uint8)
             out[name] = a if views else contiguous(a)
-        extra = set(arrays) - set(self.inputs)
+        extra = [n for n in arrays if n not in self._input_order]
         if extra:
             raise TileError(f"unknown input {sorted(extra)[0]} (inputs: "
                             f"{', '.join(self.inputs)})")
