@@ -130,9 +130,11 @@ class Launcher:
         self._staged: dict[str, np.ndarray] = {}  # inputs' own host buffers' arrays
         self._outputs = OutputArrays(runtime)
         written = {t for k in kernels for t in k.writes}
+        # Never a halo, a pooled temporary or an input a kernel writes (inputs and outputs
+        # stay out of the pool, `compiler.Executable`, whatever `bind` replans).
         io = {n for n in (*inputs, *outputs) if n in self.specs and n not in self.halos
-              and n != GRID_SYNC and not (n in inputs and n in written)} \
-            if self._host_io else set()
+              and n != GRID_SYNC and self._slot(n) is None
+              and not (n in inputs and n in written)} if self._host_io else set()
         self._set_io(io)
         # The buffer each of those positions was set to last (positions over a call's own
         # input buffer are forgotten after the call: its array is the caller's).
@@ -412,8 +414,8 @@ class Launcher:
     def _stages(self, name: str) -> bool:
         """Whether `name`'s own buffer is a host buffer over an array of ours (`_staged`): an
         input that may be read in place, on a driver for which such a buffer is the array."""
-        return (self._host_io and name in self._io and name in self.inputs
-                and self._slot(name) is None and host_io.maps_in_place(self.runtime))
+        return (name in self._io and name in self._input_order
+                and host_io.maps_in_place(self.runtime))
 
     def _upload(self, name: str, arr: np.ndarray) -> None:
         """A call's input into its own buffer: by numpy into a staged one (the previous
@@ -427,25 +429,20 @@ class Launcher:
 
     def _in_place(self, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The given inputs that kernels may read where they are (`_host_io`): aligned as
-        the driver aligns a buffer, and neither bound nor pooled."""
-        if not self._host_io:
-            return {}
+        the driver aligns a buffer, and not bound (`bind` takes those out of `_io`)."""
         return {n: a for n, a in given.items()
-                if n in self._io and n not in self._bound and self._slot(n) is None
-                and host_io.in_place(a, self.runtime)}
+                if n in self._io and host_io.in_place(a, self.runtime)}
 
     def _out_in_place(self, kept: set[str]) -> dict[str, tuple[np.ndarray, object]]:
         """Arrays (and their buffers) for the outputs the kernels of this call write in
         place (`host_io.OutputArrays`): not those a bound kernel wrote once (`kept`), nor an
-        input, a pooled or a halo buffer."""
-        if not self._host_io:
-            return {}
+        input (`_io` holds no halo nor pooled buffer)."""
         out = {}
         for n in self.outputs:
-            s = self.specs.get(n)
-            if s is None or n not in self._io or n in kept or n in self._input_order or \
-                    self._slot(n) is not None or not s.nbytes:
+            if n not in self._io or n in kept or n in self._input_order or \
+                    not self.specs[n].nbytes:
                 continue
+            s = self.specs[n]
             out[n] = self._outputs.take(n, s.shape, np.uint8 if s.dtype == "bool"
                                         else NP[s.dtype])
         return out
