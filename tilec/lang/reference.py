@@ -46,16 +46,20 @@ def evaluate_program(program: ir.Program, arrays: Mapping[str, np.ndarray],
     for name in program.inputs:
         env[name] = _check_input(program.tensors[name], arrays)
     for op in program.ops:
-        t = program.tensors[op.output]
-        if isinstance(op, ir.Contraction):
-            env[op.output] = evaluate_contraction(op, program.tensors, env, path=path)
-        else:
-            value = evaluate_expr(op.expr, env)
-            env[op.output] = np.broadcast_to(_cast(value, t.dtype), t.shape).copy()
+        env[op.output] = evaluate_op(op, program.tensors, env, path=path)
     missing = [n for n in program.outputs if n not in env]
     if missing:
         raise TileCheckError(f"output {missing[0]} is never written")
     return {n: env[n] for n in program.outputs}
+
+
+def evaluate_op(op: ir.Statement, tensors: Mapping[str, ir.Tensor], env: Mapping[str, np.ndarray],
+                *, path: Path = "auto") -> np.ndarray:
+    """One statement's value (its output tensor's array) from the arrays in `env`."""
+    if isinstance(op, ir.Contraction):
+        return evaluate_contraction(op, tensors, env, path=path)
+    t = tensors[op.output]
+    return np.broadcast_to(_cast(evaluate_expr(op.expr, env), t.dtype), t.shape).copy()
 
 
 def _check_input(t: ir.Tensor, arrays: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -18,6 +18,7 @@ from ..plan.fuse import KernelPlan
 from ..runtime.device import Runtime, event_seconds
 from ..runtime.launch import NP, POISON, itemsize, poisoned_halo
 from ..runtime.validate import compare
+from .check import stepwise, tensor_values
 
 Timer = Callable[["Candidate"], float]
 Progress = Callable[[int, int, str], None]
@@ -176,6 +177,17 @@ class Bench:
         self.tolerance = {n: tolerance(self.reference[n], config) for n in p.outputs
                           if p.tensors[n].dtype == "float32" and n not in p.inputs}
         self._built: dict[str, object] = {}
+        # Where the compile's own kernels fail the check of the whole program (a deep network
+        # with random weights: `check`), each candidate's writes are checked on their own
+        # against the reference of its statements on the device's values of their inputs.
+        self.writes = {k.name: tuple(k.writes) for k in plan.kernels}
+        self.step: dict[str, np.ndarray] | None = None
+        self.whole = self._check_whole(None, None)
+        if self.whole:
+            roots = self._roots(n for ws in self.writes.values() for n in ws)
+            device = {n: tensor_values(plan, n, roots) for ws in self.writes.values()
+                      for n in ws}
+            self.step = stepwise(p, self.inputs, device)
 
     def _poison(self, name: str) -> None:
         """Poison `name`'s buffer; a halo's border keeps its value."""
@@ -226,15 +238,47 @@ class Bench:
 
     def validate(self, candidate: KernelSource, kernel) -> str:
         """Run the program with the candidate, its outputs poisoned first: "" when every
-        output matches the reference, else where the worst one does not."""
-        rt, p = self.runtime, self.program
+        output matches the reference (or, where the compile's own program does not, the
+        tensors the candidate writes match their stepwise reference: `check`), else where
+        the worst one does not."""
+        if self.step is None:
+            return self._check_whole(candidate, kernel)
+        self._run(candidate, kernel)
+        names = self.writes[candidate.name]
+        roots = self._roots(names)
+        got = {n: tensor_values(self.plan, n, roots) for n in names}
+        v = compare({n: self.step[n] for n in names}, got, self.program, self.config)
+        return "" if v.ok else f"{v.worst} (checked on its own: {self.whole})"
+
+    def _run(self, candidate: KernelSource | None, kernel) -> None:
+        """The program once, every buffer but the inputs poisoned first, with `candidate` in
+        place of its kernel (None: the compile's own kernels)."""
+        rt = self.runtime
         for n in self.temps:
             self._poison(n)
         for s in self.sources:
-            chosen, kern = (candidate, kernel) if s.name == candidate.name else \
-                (s, self.kernels[s.name])
+            chosen, kern = (candidate, kernel) if candidate is not None and \
+                s.name == candidate.name else (s, self.kernels[s.name])
             rt.launch(kern, chosen.global_size, chosen.local_size, self._args(chosen))
         rt.finish()
+
+    def _roots(self, names) -> dict[str, np.ndarray]:
+        """The contents of the buffers that hold `names` (each once)."""
+        p, out = self.program, {}
+        for n in names:
+            root = self.plan.root(n)
+            if root not in out:
+                t = p.tensors[root]
+                raw = self.runtime.download(self.temps[root], t.shape,
+                                            np.uint8 if t.dtype == "bool" else NP[t.dtype])
+                out[root] = raw.astype(np.bool_) if t.dtype == "bool" else raw
+        return out
+
+    def _check_whole(self, candidate: KernelSource | None, kernel) -> str:
+        """The program run with `candidate` (None: the compile's own kernels), its outputs
+        compared with the reference from the inputs: "" or where the worst one differs."""
+        rt, p = self.runtime, self.program
+        self._run(candidate, kernel)
         outs = {}
         for n in p.outputs:
             t = p.tensors[n]
