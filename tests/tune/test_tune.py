@@ -379,3 +379,31 @@ def test_quick_tolerance_passes_nothing_that_compare_fails():
                     assert compare({"R": ref[3:]}, {"R": got[3:]}, program, config).ok, (k, i)
     assert quick_passed[0.5] == 2 * (ref.size - 3)  # well inside: settled in one pass
     assert quick_passed[2.0] == 0
+
+
+def test_a_rounds_launches_are_queued_before_any_is_awaited(monkeypatch):
+    """A model's call runs its kernels back to back; a launch awaited on its own finds the
+    driver's threads asleep.  Each round queues its launches, then reads their events."""
+    from types import SimpleNamespace
+
+    log: list[str] = []
+
+    class FakeRuntime:
+        def launch(self, kernel, global_size, local_size, args):
+            log.append("launch")
+            return kernel
+
+    def awaited(ev):
+        log.append("wait")
+        return ev
+
+    monkeypatch.setattr(bench_mod, "event_seconds", awaited)
+    bench = bench_mod.Bench.__new__(bench_mod.Bench)
+    bench.runtime = FakeRuntime()
+    bench.copies = [{}]
+    bench._args = lambda src, copy=0: []
+    src = SimpleNamespace(global_size=1, local_size=1)
+    out = bench.time([(src, d) for d in (1e-3, 2e-3, 3e-3)], warmup=1, repeat=3)
+    assert [t for t, _ in out] == [1e-3, 2e-3, 3e-3]
+    rounds = 2 + 1 + 3  # scouting, warm-up, timed
+    assert log == (["launch"] * 3 + ["wait"] * 3) * rounds
