@@ -382,8 +382,8 @@ def test_quick_tolerance_passes_nothing_that_compare_fails():
 
 
 def test_a_rounds_launches_are_queued_before_any_is_awaited(monkeypatch):
-    """A model's call runs its kernels back to back; a launch awaited on its own finds the
-    driver's threads asleep.  Each round queues its launches, then reads their events."""
+    """A model's call runs its kernels back to back: each round queues its launches, then
+    reads their events."""
     from types import SimpleNamespace
 
     log: list[str] = []
