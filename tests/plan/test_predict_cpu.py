@@ -303,3 +303,35 @@ def test_reads_across_fewer_pages_are_predicted_faster_and_mirrored_tiles_do_not
     flat = predict_many_cpu(copy, T, CALIBRATED, score_many(copy, T, CALIBRATED),
                             coeff=replace(DEFAULT, page=0.0))["time"]
     assert len(set(np.round(flat, 12))) == 1  # without the term: one predicted time for all
+
+
+def _depthwise_flat(constraints=()):
+    """A 5x5 depthwise convolution over 14x14x240 read from a bordered 18x18 buffer:
+    c i j x y over O, D, K."""
+    from tilec.plan.flat import FlatContraction, FlatTensor
+
+    out = FlatTensor("O", (1, 0, 0, 14 * 240, 240), 0)
+    d = FlatTensor("D", (1, 18 * 240, 240, 18 * 240, 240), 0)
+    k = FlatTensor("K", (1, 5 * 240, 240, 0, 0), 0)
+    return FlatContraction(("c", "i", "j", "x", "y"), (240, 5, 5, 14, 14), (out, d, k),
+                           constraints=constraints)
+
+
+def test_an_unrolled_window_reads_its_shared_pixels_once():
+    from tilec.plan.predict_cpu import window_share
+
+    flat = _depthwise_flat()
+    tiles = np.asarray([(48, 5, 5, 1, 7), (48, 5, 5, 7, 1)], np.int64)
+    A = tiles[:, [0, 3, 4]]  # c, x, y: one work-item a tile
+    outs = [0, 3, 4]
+    inner = 2  # j: the innermost reduction loop, unrolled
+    d, k = flat.inputs
+    # 7 pixels along y under 5 window columns: 11 distinct, not 35; along x (the rolled i
+    # loop) nothing is shared; the filter slides with no output index.
+    assert window_share(flat, d, outs, A, tiles, inner, 0) == pytest.approx([11 / 35, 1.0])
+    assert window_share(flat, k, outs, A, tiles, inner, 0) == pytest.approx([1.0, 1.0])
+    # With bounds tests each window point's loads stand in a block of their own.
+    bounded = _depthwise_flat(constraints=(object(),))
+    assert window_share(bounded, d, outs, A, tiles, inner, 0) == pytest.approx([1.0, 1.0])
+    pred = _predict(flat, tiles, CALIBRATED)["time"]
+    assert pred[0] < pred[1]
