@@ -187,3 +187,14 @@ def test_a_measured_exp_rate_prices_the_row_kernels_exp():
     slow = predict(k, plan.program, dataclasses.replace(hw, exp_gops=0.5), shape)
     fast = predict(k, plan.program, dataclasses.replace(hw, exp_gops=50.0), shape)
     assert slow.predicted_s > 2 * fast.predicted_s
+
+
+def test_start_cost_round_trips_reaches_the_model_and_a_toml():
+    c = cal(start_us=22.5)
+    assert Calibration.from_json(c.to_json()) == c
+    old = c.to_json()
+    del old["start_us"]  # stored before the start of every core was measured
+    assert Calibration.from_json(old).start_us == 0.0
+    model = dataclasses.replace(HwModel.load("pocl-cpu"), **c.model_fields())
+    assert model.start_us == 22.5 and "every core at work after 22.5 us" in model.describe()
+    assert HwModel.loads(model.to_toml(), "board.toml") == model

@@ -29,7 +29,7 @@ def _chain(layers: int) -> tuple[str, dict]:
                  f"C{i} = (H{i} > 0 ? H{i} : 0);", f"R{i} = (C{i} < 6 ? C{i} : 6);"]
         prev = f"R{i}"
     body.append(f"Y[b, n : B, N] = +({prev}[b, k] * W{layers}[k, n]);")
-    shapes = {"X": (4, WIDTH), **{f"W{i}": (WIDTH, WIDTH) for i in range(layers + 1)}}
+    shapes = {"X": (256, WIDTH), **{f"W{i}": (WIDTH, WIDTH) for i in range(layers + 1)}}
     return f"function ({', '.join(args)}) -> (Y) {{\n" + "\n".join(body) + "\n}", shapes
 
 
@@ -55,16 +55,19 @@ def test_a_deep_chain_checks_each_candidate_on_its_own(monkeypatch):
             return replace(src, global_size=src.local_size)  # one work-group only
         return src
 
-    first = tune(src, shapes, config=config, top_k=3, timer=lambda c: 1.0, save=False)
+    first = tune(src, shapes, config=config, top_k=4, timer=lambda c: 1.0, save=False)
     k = next(t for t in first.kernels if t.kernel == name)
     assert all(m.status == "ok" for m in k.results), [m.note for m in k.results]
-    broken.victim = tuple(t for _, t in k.results[1].candidate.tile)
+    # A tile of several work-groups: launched as one, it leaves outputs poisoned.
+    victim = next(i for i, m in enumerate(k.results)
+                  if m.candidate.source.global_size > (m.candidate.source.local_size or 1))
+    broken.victim = tuple(t for _, t in k.results[victim].candidate.tile)
     monkeypatch.setattr(tune_mod, "variant", broken)
-    report = tune(src, shapes, config=config, top_k=3, timer=lambda c: 1.0, save=False)
+    report = tune(src, shapes, config=config, top_k=4, timer=lambda c: 1.0, save=False)
     k = next(t for t in report.kernels if t.kernel == name)
-    assert k.results[1].status == "failed"
-    assert "checked on its own" in k.results[1].note
-    assert all(m.status == "ok" for i, m in enumerate(k.results) if i != 1)
+    assert k.results[victim].status == "failed"
+    assert "checked on its own" in k.results[victim].note
+    assert all(m.status == "ok" for i, m in enumerate(k.results) if i != victim)
 
 
 @needs_device

@@ -75,6 +75,9 @@ class Calibration:
     launch_wall_us: float  # an empty kernel: enqueue to completion, seen from the host
     group_us: float  # device time per extra work-group of an empty kernel
     exp_gops: float = 0.0  # exp() a second, in billions of lanes (0: not measured)
+    # What a kernel of short groups pays to set every compute unit to work (CPUs: one group
+    # a core against one group; 0: not measured).
+    start_us: float = 0.0
     vector_access: str = ""  # ACCESS_FORMS: the faster way to read a vector ("": unmeasured)
     # GFLOP/s of the access kernel in each form (vload, plain), for reports.
     access_gflops: tuple[float, float] = (0.0, 0.0)
@@ -111,7 +114,7 @@ class Calibration:
             raise ValueError("not a table")
         names = {f.name for f in fields(cls)}
         # Calibrations stored before exp() was measured are still whole.
-        data = {"exp_gops": 0.0, "read_gbs": [], **data}
+        data = {"exp_gops": 0.0, "start_us": 0.0, "read_gbs": [], **data}
         if set(data) != names:
             raise ValueError(f"fields {sorted(set(data) ^ names)} differ")
         try:
@@ -134,7 +137,8 @@ class Calibration:
                     bandwidth_gbs=round(self.dram_gbs, 1), l2_gbs=round(self.l2_gbs, 1),
                     l1_gbs=round(self.l1_gbs, 1), local_gbs=round(self.local_gbs, 1),
                     launch_us=round(self.launch_us, 2), group_us=round(self.group_us, 3),
-                    exp_gops=round(self.exp_gops, 2), vector_access=self.vector_access,
+                    exp_gops=round(self.exp_gops, 2), start_us=round(self.start_us, 2),
+                    vector_access=self.vector_access,
                     read_gbs=tuple((mib, round(gbs, 1)) for mib, gbs in self.read_gbs))
 
     def describe(self) -> str:
@@ -156,6 +160,7 @@ class Calibration:
               if self.read_gbs else []),
             f"  launch: {self.launch_us:.1f} us device, {self.launch_wall_us:.1f} us wall; "
             f"{self.group_us:.3f} us a work-group"
+            + (f"; every core at work after {self.start_us:.1f} us" if self.start_us else "")
             + (f"; exp {self.exp_gops:.1f} G/s" if self.exp_gops else ""),
             *([f"  vector access: {self.vector_access} (vloadN {self.access_gflops[0]:.0f}, "
                f"plain pointer {self.access_gflops[1]:.0f} GFLOP/s)"]

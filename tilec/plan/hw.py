@@ -30,7 +30,7 @@ from .read_curve import describe_curve, normal_curve
 KINDS = ("gpu", "cpu")
 # Non-negative measured or quoted rates and times (goal_flops_per_byte is checked on its own).
 _FLOAT_FIELDS = ("peak_gflops", "bandwidth_gbs", "l1_gbs", "l2_gbs", "local_gbs", "launch_us",
-                 "group_us", "exp_gops", "correct_compute", "correct_l1", "correct_l2",
+                 "group_us", "start_us", "exp_gops", "correct_compute", "correct_l1", "correct_l2",
                  "correct_dram", "correct_launch")
 # The time model's per-device correction: a factor for predictions limited by each resource.
 CORRECTIONS = ("compute", "L1", "L2", "DRAM", "launch")
@@ -84,6 +84,7 @@ class HwModel:
     local_gbs: float = 0.0  # reads from local memory
     launch_us: float = 0.0  # device time of an empty kernel
     group_us: float = 0.0  # device time per extra work-group of an empty kernel
+    start_us: float = 0.0  # device time to set every compute unit to work (CPUs)
     exp_gops: float = 0.0  # exp() a second, billions of lanes (row kernels' softmax)
     # (MiB, GB/s): reading a working set of that size with every core (`plan.read_curve`;
     # measured on CPUs; TOML: a table `read_gbs = { 32 = 570.0, 256 = 125.0 }`).
@@ -253,6 +254,7 @@ class HwModel:
             f"local {self.local_gbs:g} GB/s" if self.local_gbs else "",
             f"launch {self.launch_us:g} us" if self.launch_us else "",
             f"{self.group_us:g} us a work-group" if self.group_us else "",
+            f"every core at work after {self.start_us:g} us" if self.start_us else "",
             f"exp {self.exp_gops:g} G/s" if self.exp_gops else "",
             f"reads by working set {describe_curve(self.read_gbs)}" if self.read_gbs else "",
         ]

@@ -118,9 +118,17 @@ def exp_kernel(w: int) -> str:
 
 
 EMPTY = "__kernel void tilec_cal_empty(__global float* out) { }\n"
+# A serial chain of `n` multiply-adds a work-item (a microsecond or two at n = 2000): one
+# group against one a compute unit, the time the driver takes to set every core to work.
+SPIN = """__kernel void tilec_cal_spin(__global float* out, const int n) {
+    float a = out[get_global_id(0)];
+    for (int i = 0; i < n; ++i) a = a * 0.999f + 0.5f;
+    out[get_global_id(0)] = a;
+}
+"""
 
 
 def source(widths: tuple[int, ...], read_width: int, exp_width: int = 1) -> str:
     parts = [muladd_kernel(f, w) for f in FORMS for w in widths]
     return "\n".join([*parts, access_kernels(max(widths)), read_kernels(read_width),
-                      exp_kernel(exp_width), EMPTY])
+                      exp_kernel(exp_width), EMPTY, SPIN])
