@@ -337,11 +337,13 @@ def test_an_unrolled_window_reads_its_shared_pixels_once():
     assert pred[0] < pred[1]
 
 
-def test_the_start_of_every_core_is_charged_by_the_cores_a_kernel_reaches():
+def test_the_start_of_every_core_is_charged_to_every_tile_alike():
     hw = replace(CALIBRATED, compute_units=16, goal_groups=64, threads=16)
     flat = matmul_flat(16, 16, 64)
     tiles = np.asarray([(64, 16, 16), (64, 4, 16), (64, 1, 16)], np.int64)  # 1, 4, 16 items
     base = _predict(flat, tiles, hw)
     slow = _predict(flat, tiles, replace(hw, start_us=30.0))
     extra = (slow["time"] - base["time"]) * 1e6
-    assert extra == pytest.approx([0.0, 6.0, 30.0], abs=0.01)
+    # A tile on one core would not pay it launched alone, but a model's phase launch pays it
+    # once for all its kernels: the ranking must not trade cores for it.
+    assert extra == pytest.approx([30.0, 30.0, 30.0], abs=0.01)

@@ -25,8 +25,7 @@ model in `cost_cpu` (`many_cpu`), with this module's coefficients in place of it
               + cost's panel re-reads past L2 / the L3's bandwidth, all / active
               (run: the bytes of the longest contiguous run a work-item reads, `input_runs`;
               active: the share of the cores the work-items occupy, at most 1)
-    time    = launch + wg x group + start x (cores the work-items reach - 1) / (cores - 1)
-              + |compute, L1, L2, DRAM|_p
+    time    = launch + wg x group + start (every core set to work) + |compute, L1, L2, DRAM|_p
 
 The clock is the one at which the cores reach the calibrated peak with two FMA pipes at their
 full-speed vector width (`muladd_vec`, else vec_size), so a tile's compute term is its cycle
@@ -198,12 +197,13 @@ def predict_many_cpu(flat: FlatContraction, tiles: np.ndarray, hw: HwModel,
         run = input_runs(flat, t, T) * es
         first = first + size * (run + coeff.run_bytes) / run
     dram = (first / first_bw + beyond / (coeff.llc * l2_bw)) / active
-    # Setting more cores to work costs the driver time the empty kernels of the launch's
-    # calibration do not show (PoCL 5.0 on 16 cores: 22 us); a kernel pays it by the share
-    # of the cores its work-items reach.
-    start = hw.start_us * (np.minimum(items, cores) - 1) / max(1, cores - 1)
+    # Setting every core to work costs the driver time the empty kernels of the launch's
+    # calibration do not show (PoCL 5.0 on 16 cores: 22 us).  A kernel launched alone pays it
+    # where its work-items reach several cores; a model's call runs its kernels in one phase
+    # launch (`codegen.phases`) and pays it once.  It is charged to every tile alike, so that
+    # it moves the predicted time and never trades cores for it in the ranking.
     fixed = ((hw.launch_us or coeff.launch_us) + items * (hw.group_us or coeff.group_us)
-             + start) * 1e-6
+             + hw.start_us) * 1e-6
     terms = np.stack([compute, l2, dram, l1], axis=1)
     body = (terms ** coeff.overlap).sum(axis=1) ** (1.0 / coeff.overlap)
     over = stats["status"] != 0
