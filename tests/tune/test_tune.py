@@ -381,37 +381,9 @@ def test_quick_tolerance_passes_nothing_that_compare_fails():
     assert quick_passed[2.0] == 0
 
 
-def test_a_rounds_launches_are_queued_before_any_is_awaited(monkeypatch):
-    """A model's call runs its kernels back to back: each round queues its launches, then
-    reads their events."""
-    from types import SimpleNamespace
-
-    log: list[str] = []
-
-    class FakeRuntime:
-        def launch(self, kernel, global_size, local_size, args):
-            log.append("launch")
-            return kernel
-
-    def awaited(ev):
-        log.append("wait")
-        return ev
-
-    monkeypatch.setattr(bench_mod, "event_seconds", awaited)
-    bench = bench_mod.Bench.__new__(bench_mod.Bench)
-    bench.runtime = FakeRuntime()
-    bench.copies = [{}]
-    bench._args = lambda src, copy=0: []
-    src = SimpleNamespace(global_size=1, local_size=1)
-    out = bench.time([(src, d) for d in (1e-3, 2e-3, 3e-3)], warmup=1, repeat=3)
-    assert [t for t, _ in out] == [1e-3, 2e-3, 3e-3]
-    rounds = 2 + 1 + 3  # scouting, warm-up, timed
-    assert log == (["launch"] * 3 + ["wait"] * 3) * rounds
-
-
-def test_a_slow_first_launch_of_each_round_does_not_stand_as_a_candidates_time(monkeypatch):
-    """The first launch of a round can find the driver's threads asleep: the scouting rounds
-    start with different candidates, so that no candidate is timed once at that launch."""
+def _logged_time(monkeypatch, durations, warmup: int, repeat: int, slow_first: bool = False):
+    """`Bench.time` over fake kernels whose event is their duration, with a log of launches
+    and waits (each round's first launch 10x slower where `slow_first`): the times, the log."""
     from types import SimpleNamespace
 
     log: list[str] = []
@@ -420,7 +392,7 @@ def test_a_slow_first_launch_of_each_round_does_not_stand_as_a_candidates_time(m
         def launch(self, kernel, global_size, local_size, args):
             first = not log or log[-1] == "wait"
             log.append("launch")
-            return kernel * (10 if first else 1)
+            return kernel * (10 if slow_first and first else 1)
 
     def awaited(ev):
         log.append("wait")
@@ -432,7 +404,24 @@ def test_a_slow_first_launch_of_each_round_does_not_stand_as_a_candidates_time(m
     bench.copies = [{}]
     bench._args = lambda src, copy=0: []
     src = SimpleNamespace(global_size=1, local_size=1)
-    # (The timed rounds each start one candidate later: the slow first launches fall to
-    # each candidate in fewer than half of its rounds.)
-    out = bench.time([(src, d) for d in (1e-3, 1.1e-3, 1.2e-3)], warmup=1, repeat=5)
-    assert [t for t, _ in out] == [1e-3, 1.1e-3, 1.2e-3]
+    out = bench.time([(src, d) for d in durations], warmup=warmup, repeat=repeat)
+    return [t for t, _ in out], log
+
+
+def test_a_rounds_launches_are_queued_before_any_is_awaited(monkeypatch):
+    """A model's call runs its kernels back to back: each round queues its launches, then
+    reads their events."""
+    times, log = _logged_time(monkeypatch, (1e-3, 2e-3, 3e-3), warmup=1, repeat=3)
+    assert times == [1e-3, 2e-3, 3e-3]
+    rounds = 2 + 1 + 3  # scouting, warm-up, timed
+    assert log == (["launch"] * 3 + ["wait"] * 3) * rounds
+
+
+def test_a_slow_first_launch_of_each_round_does_not_stand_as_a_candidates_time(monkeypatch):
+    """The first launch of a round can find the driver's threads asleep: the scouting rounds
+    start with different candidates, so that no candidate is timed once at that launch.
+    (The timed rounds each start one candidate later: the slow first launches fall to each
+    candidate in fewer than half of its rounds.)"""
+    times, _ = _logged_time(monkeypatch, (1e-3, 1.1e-3, 1.2e-3), warmup=1, repeat=5,
+                            slow_first=True)
+    assert times == [1e-3, 1.1e-3, 1.2e-3]
