@@ -128,3 +128,32 @@ def test_explain_row_fused_kernel(capsys):
     # The shape the time model predicts fastest, with its prediction and the runners-up.
     assert re.search(r"\b(32|64|128|256) threads a row", out) and "not stored: E" in out
     assert "predicted" in out and "next:" in out
+
+
+def test_explain_an_onnx_models_kernels(tmp_path, capsys):
+    """A model's cost log: its kernels as `compile` plans them, the weights bound (no device:
+    a shipped CPU model)."""
+    import numpy as np
+    import pytest
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 8, 3, 3)).astype(np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])], [w])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    rc = main(["explain", str(path), "--hw", "pocl-cpu", "--top", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "hardware model: pocl-cpu" in out
+    conv = [line for line in out.splitlines() if line.startswith("== contract_")]
+    assert conv and any("+(" in line and "W" in line for line in conv)
+    assert "Search: tile [" in out and "predicted" in out
+    assert main(["explain", str(tmp_path / "missing.onnx"), "--hw", "pocl-cpu"]) == 1
+    assert "missing.onnx" in capsys.readouterr().err

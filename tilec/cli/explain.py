@@ -9,9 +9,12 @@ from ..lang.source import read_source
 from .options import add_model_option, add_split_k_option
 
 
-def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
+def explain(src, shapes, dtype, hw_name: str, device: str | None,
             tiles: dict[str, dict[str, int]], top: int, cost_log: str | None,
-            model: str = "time", split: bool | int | None = None) -> str:
+            model: str = "time", split: bool | int | None = None,
+            constants: tuple[str, ...] = ()) -> str:
+    """`constants`: the inputs a graph binds once (its weights), planned as `compile` plans
+    them (relaid in panels at bind where a product's tile gains)."""
     from dataclasses import replace
 
     from ..codegen.generate import packed, split_k
@@ -47,7 +50,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
         # correction ranks tiles, not which kernels there are.
         config = replace(config, tiles=tiles, cost_model=model, split_k=split)
         program, splits = split_k(program, own, config)
-        program = packed(program, own, config)
+        program = packed(program, own, config, constants)
         plan = plan_kernels(program, attention=fuse_attention(Config(), own),
                             halos=use_halos(config, own))
         records = lookup(plan, hw, config, DeviceKey.from_info(rt.info), found=found)
@@ -57,7 +60,7 @@ def explain(src, shapes, dtype: str, hw_name: str, device: str | None,
 
         config = Config(tiles=tiles, cost_model=model, split_k=split, **cache_settings())
         program, splits = split_k(program, hw, config)
-        program = packed(program, hw, config)
+        program = packed(program, hw, config, constants)
         plan = plan_kernels(program, attention=fuse_attention(Config(), hw),
                             halos=use_halos(config, hw))
     out = [f"hardware model: {hw.describe()}", ""]
@@ -212,16 +215,40 @@ def _points(s) -> list:
 def cmd_explain(args: argparse.Namespace) -> int:
     from .options import parse_split_k, parse_tiles, shapes_from
 
-    src = read_source(args.file)
-    text = explain(src, shapes_from(args, src), args.dtype, args.hw, args.device,
-                   parse_tiles(args.tile), args.top, args.cost_log, args.model,
-                   parse_split_k(args.split_k))
+    constants: tuple[str, ...] = ()
+    if args.file.endswith((".onnx", ".py")):
+        program = _graph_program(args)
+        if program is None:
+            print(f"{args.file}: no kernels (every output is empty or an input)")
+            return 0
+        src, shapes, dtype = program.source, dict(program.shapes), dict(program.dtypes)
+        constants = tuple(program.bound)
+    else:
+        src = read_source(args.file)
+        shapes, dtype = shapes_from(args, src), args.dtype
+    text = explain(src, shapes, dtype, args.hw, args.device, parse_tiles(args.tile), args.top,
+                   args.cost_log, args.model, parse_split_k(args.split_k), constants)
     print(text, end="")
     return 0
 
 
+def _graph_program(args: argparse.Namespace):
+    """A graph's (.onnx model, .py graph script) program lowered to Tile as `compile` lowers
+    it for the device or hardware model explained (None: it has no kernels)."""
+    from ..graph.builder import wants_channels_last
+    from ..lang.source import parse_shape
+    from .graph import load_graph
+
+    shapes = dict(parse_shape(s) for s in (args.shape or []))
+    hw = None if args.hw in (None, "", "auto") else args.hw
+    last = wants_channels_last(None, args.device, hw)
+    program = load_graph(args.file, shapes, {}).optimized(channels_last=last).lower()
+    return program if program.has_kernels else None
+
+
 def register(sub, common) -> None:
-    sp = sub.add_parser("explain", help="show the flat table, the tile search and the layout")
+    sp = sub.add_parser("explain", help="show the flat table, the tile search and the layout "
+                        "(of a .tile program, or of an .onnx model's or .py graph's kernels)")
     common(sp)
     sp.add_argument("--hw", default="auto", help="hardware model name or .toml, or 'auto'")
     sp.add_argument("--device", help="device for --hw auto")
