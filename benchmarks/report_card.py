@@ -37,21 +37,24 @@ from tilec.tune.measure import tune  # noqa: E402
 def grade(case, config: Config, top_k: int, repeat: int, budget: float | None) -> list[dict]:
     report = tune(case.source, case.shapes, config=config, top_k=top_k, repeat=repeat,
                   budget=budget, save=False, quiet=True)
-    rows = []
-    for t in report.kernels:
-        if t.regret is None and t.rho is None:
-            continue  # one candidate: nothing to grade
-        first = t.first
-        pred = first.candidate.predicted if first is not None else None
-        meas = first.seconds if first is not None and first.status == "ok" else None
-        rows.append({"case": case.name, "kernel": t.kernel, "kind": t.kind,
-                     "candidates": sum(m.status == "ok" for m in t.results),
-                     "ties": ties(t.results),
-                     "rho": t.rho, "regret": t.regret, "predicted_ms":
-                     None if pred is None else pred * 1e3,
-                     "measured_ms": None if meas is None else meas * 1e3,
-                     "device": report.device.label()})
-    return rows
+    return [row(case.name, t, report) for t in report.kernels if graded(t)]
+
+
+def graded(t) -> bool:
+    return t.regret is not None or t.rho is not None  # one candidate: nothing to grade
+
+
+def row(case: str, t, report, bind: bool = False) -> dict:
+    """One kernel's line of the card: its model's first choice against the fastest."""
+    first = t.first
+    pred = first.candidate.predicted if first is not None else None
+    meas = first.seconds if first is not None and first.status == "ok" else None
+    return {"case": case + (" (bind)" if bind else ""), "kernel": t.kernel, "kind": t.kind,
+            "bind": bind, "candidates": sum(m.status == "ok" for m in t.results),
+            "ties": ties(t.results), "rho": t.rho, "regret": t.regret,
+            "predicted_ms": None if pred is None else pred * 1e3,
+            "measured_ms": None if meas is None else meas * 1e3,
+            "device": report.device.label()}
 
 
 def grade_model(path: str, config: Config, top_k: int, repeat: int,
@@ -59,11 +62,12 @@ def grade_model(path: str, config: Config, top_k: int, repeat: int,
     """The kernels of an ONNX model (or a .py graph script) as `compile` builds them, each
     graded as a suite kernel is.  A kernel that reads only the model's weights (a filter
     relaid in panels) runs once at bind time, not in a call: its row says "bind"."""
-    from tilec.cli.graph import load_graph
+    from tilec.cli.graph import lowered
     from tilec.graph.builder import wants_channels_last
 
-    program = load_graph(path, {}, {}).optimized(
-        channels_last=wants_channels_last(config)).lower()
+    program = lowered(path, {}, wants_channels_last(config))
+    if program is None:
+        return []
     report = tune(program.source, program.shapes, dtype=dict(program.dtypes), config=config,
                   top_k=top_k, repeat=repeat, budget=budget, save=False, quiet=True,
                   constants=tuple(program.bound))
@@ -77,18 +81,8 @@ def grade_model(path: str, config: Config, top_k: int, repeat: int,
         at_bind = bool(reads) and reads <= bound
         if at_bind:
             bound |= {a.tensor for a in args}
-        if t.regret is None and t.rho is None:
-            continue
-        first = t.first
-        pred = first.candidate.predicted if first is not None else None
-        meas = first.seconds if first is not None and first.status == "ok" else None
-        rows.append({"case": name + (" (bind)" if at_bind else ""), "kernel": t.kernel,
-                     "kind": t.kind, "bind": at_bind,
-                     "candidates": sum(m.status == "ok" for m in t.results),
-                     "ties": ties(t.results), "rho": t.rho, "regret": t.regret,
-                     "predicted_ms": None if pred is None else pred * 1e3,
-                     "measured_ms": None if meas is None else meas * 1e3,
-                     "device": report.device.label()})
+        if graded(t):
+            rows.append(row(name, t, report, at_bind))
     return rows
 
 

@@ -233,17 +233,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _graph_program(args: argparse.Namespace):
-    """A graph's (.onnx model, .py graph script) program lowered to Tile as `compile` lowers
-    it for the device or hardware model explained (None: it has no kernels)."""
+    """The graph's program lowered for the device or hardware model explained (None: it has
+    no kernels)."""
     from ..graph.builder import wants_channels_last
     from ..lang.source import parse_shape
-    from .graph import load_graph
+    from .graph import lowered
 
     shapes = dict(parse_shape(s) for s in (args.shape or []))
     hw = None if args.hw in (None, "", "auto") else args.hw
-    last = wants_channels_last(None, args.device, hw)
-    program = load_graph(args.file, shapes, {}).optimized(channels_last=last).lower()
-    return program if program.has_kernels else None
+    return lowered(args.file, shapes, wants_channels_last(None, args.device, hw))
 
 
 def register(sub, common) -> None:

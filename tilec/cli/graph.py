@@ -32,6 +32,13 @@ def load_graph(path: str, shapes: dict[str, tuple[int, ...]],
     return to_graph(path, arrays, shapes)
 
 
+def lowered(path: str, shapes: dict[str, tuple[int, ...]], channels_last: bool):
+    """A graph's (.onnx model, .py graph script) program lowered to Tile as `compile` lowers
+    it (its weights bound: `program.bound`); None where it has no kernels."""
+    program = load_graph(path, shapes, {}).optimized(channels_last=channels_last).lower()
+    return program if program.has_kernels else None
+
+
 def _inputs(args: argparse.Namespace) -> tuple[dict[str, tuple[int, ...]],
                                                dict[str, np.ndarray]]:
     from ..lang.source import parse_shape

@@ -93,12 +93,11 @@ def _jobs_of(path: str, args: argparse.Namespace, config) -> list:
     common = {"top_k": args.top_k, "seed": args.seed}
     if _is_graph(path):
         from ..graph.builder import wants_channels_last
-        from .graph import load_graph
+        from .graph import lowered
 
         shapes = dict(parse_shape(s) for s in (args.shape or []))
-        program = load_graph(path, shapes, {}).optimized(
-            channels_last=wants_channels_last(config)).lower()
-        if not program.has_kernels:
+        program = lowered(path, shapes, wants_channels_last(config))
+        if program is None:
             return []
         return [ProgramJob.make(path, program.source, program.shapes, program.dtypes, config,
                                 constants=tuple(program.bound), **common)]

@@ -264,30 +264,26 @@ class Bench:
 
     def _roots(self, names) -> dict[str, np.ndarray]:
         """The contents of the buffers that hold `names` (each once)."""
-        p, out = self.program, {}
+        out: dict[str, np.ndarray] = {}
         for n in names:
             root = self.plan.root(n)
             if root not in out:
-                t = p.tensors[root]
-                raw = self.runtime.download(self.temps[root], t.shape,
-                                            np.uint8 if t.dtype == "bool" else NP[t.dtype])
-                out[root] = raw.astype(np.bool_) if t.dtype == "bool" else raw
+                out[root] = self._download(root)
         return out
+
+    def _download(self, name: str) -> np.ndarray:
+        """Buffer `name`'s contents as its tensor's array (bool tensors live as bytes)."""
+        t = self.program.tensors[name]
+        raw = self.runtime.download(self.temps[name], t.shape,
+                                    np.uint8 if t.dtype == "bool" else NP[t.dtype])
+        return raw.astype(np.bool_) if t.dtype == "bool" else raw
 
     def _check_whole(self, candidate: KernelSource | None, kernel) -> str:
         """The program run with `candidate` (None: the compile's own kernels), its outputs
         compared with the reference from the inputs: "" or where the worst one differs."""
-        rt, p = self.runtime, self.program
+        p = self.program
         self._run(candidate, kernel)
-        outs = {}
-        for n in p.outputs:
-            t = p.tensors[n]
-            if n in p.inputs:
-                outs[n] = self.inputs[n]
-                continue
-            raw = rt.download(self.temps[n], t.shape,
-                              np.uint8 if t.dtype == "bool" else NP[t.dtype])
-            outs[n] = raw.astype(np.bool_) if t.dtype == "bool" else raw
+        outs = {n: self.inputs[n] if n in p.inputs else self._download(n) for n in p.outputs}
         # compare() makes a dozen float64 passes (seconds a candidate for a conv's 100M
         # outputs); one float32 pass against the tolerance settles the outputs that pass it.
         rest = [n for n in p.outputs if n not in self.tolerance or not np.all(

@@ -46,7 +46,7 @@ def stepwise(program: Program, inputs: Mapping[str, np.ndarray],
     tensors it reads where the device holds them (`device`), else from this pass's own values
     (a kernel's fused intermediates)."""
     own: dict[str, np.ndarray] = {n: np.asarray(a) for n, a in inputs.items()}
-    env = ChainMap(dict(device), own)
+    env = ChainMap(device, own)  # the device's values first
     for op in program.ops:
         own[op.output] = evaluate_op(op, program.tensors, env)
     return own
